@@ -1,0 +1,1 @@
+"""Alembic support for sharded-orm on Cloud Spanner."""

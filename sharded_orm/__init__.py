@@ -1,0 +1,53 @@
+"""sharded-orm: hotspot-free keys and indexes for Cloud Spanner, in SQLAlchemy.
+
+Importing this package is cheap: it never imports google-cloud-spanner; only the
+modules under ``sharded_orm.spanner`` and ``sharded_orm.testing`` that talk to
+Spanner do, when they are used.
+"""
+
+from __future__ import annotations
+
+# --- foundation (shard hash, shard columns) ---
+from .columns import ShardColumn, ShardSpec, get_shard_column, shard_column, shard_columns
+from .errors import (
+    ShardConfigError,
+    ShardingError,
+    ShardMismatchError,
+    ShardTypeError,
+    ShardValueError,
+    UnsupportedOnDialectError,
+)
+from .hashing import canonical_string, canonical_text, compute_shard
+from .types import UTCDateTime
+
+# --- schema constructs (indexes, descending keys, mixins) ---
+
+# --- key strategies (ids, sequences) ---
+
+# --- sharded queries ---
+
+# --- linter and simulator ---
+
+# --- bulk loading ---
+
+__all__ = [
+    "ShardColumn",
+    "ShardConfigError",
+    "ShardMismatchError",
+    "ShardSpec",
+    "ShardTypeError",
+    "ShardValueError",
+    "ShardingError",
+    "UTCDateTime",
+    "UnsupportedOnDialectError",
+    "canonical_string",
+    "canonical_text",
+    "compute_shard",
+    "get_shard_column",
+    "shard_column",
+    "shard_columns",
+]
+
+# Registration side effects: the write-path hook and the server-side shard DDL.
+from . import execution as _execution  # noqa: E402,F401
+from .spanner import expressions as _expressions  # noqa: E402,F401

@@ -1,0 +1,296 @@
+"""Shard columns: declared once on the model, right on every write path.
+
+``shard_column("company_id", "ts", count=10)`` makes an INT64 column whose value
+is ``compute_shard((company_id, ts), 10)``. The value is filled or checked in two
+places, so no path can miss it:
+
+* ORM unit of work (``Session.add`` + flush): mapper ``before_insert`` /
+  ``before_update`` events compute it on the object, so the object knows its shard.
+* Everything, including the flush: one ``Engine`` ``before_execute`` hook sees each
+  INSERT and UPDATE against a sharded table with its parameters, fills missing shard
+  values, refuses ones that disagree with their sources, and refuses an UPDATE that
+  changes a source without it being able to recompute the shard. That covers ORM bulk
+  inserts, ``bulk_insert_mappings``, ``bulk_save_objects``, Core single and
+  executemany, multi-VALUES ``insert().values([...])`` and ``update()``.
+
+See ``sharded_orm.execution`` for the hook.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import Column, Integer, Table, event
+from sqlalchemy.orm import MappedColumn, Mapper, mapped_column
+from sqlalchemy.schema import Computed
+from sqlalchemy.sql.expression import text
+
+from .errors import ShardConfigError, ShardTypeError
+from .hashing import CRC32, FARM_FINGERPRINT, shard_function, validate_algorithm, validate_count
+
+INFO_KEY = "sharded_orm.shard"
+#: ``Table.info`` key: ORM attribute name -> Column, so sources can be attribute names.
+ATTR_COLUMNS_KEY = "sharded_orm.attr_columns"
+
+
+@dataclass(frozen=True)
+class ShardSpec:
+    """What a shard column is computed from, as declared."""
+
+    sources: tuple[str, ...]
+    count: int
+    algorithm: str = CRC32
+    server_side: bool = False
+
+    def __post_init__(self) -> None:
+        validate_count(self.count)
+        validate_algorithm(self.algorithm)
+        if not self.sources:
+            raise ShardConfigError("a shard column needs at least one source column")
+        for s in self.sources:
+            if not isinstance(s, str) or not s:
+                raise ShardTypeError(
+                    f"shard sources are column names (str), got {s!r}; "
+                    "write shard_column('company_id', 'ts', count=10)"
+                )
+        if len(set(self.sources)) != len(self.sources):
+            raise ShardConfigError(f"a shard source is listed twice: {self.sources}")
+        if not isinstance(self.server_side, bool):
+            raise ShardTypeError(f"server_side must be a bool, got {self.server_side!r}")
+        if self.server_side and self.algorithm != FARM_FINGERPRINT:
+            raise ShardConfigError(
+                "server_side=True needs algorithm='farm_fingerprint': Spanner has no CRC32 "
+                "function, so a crc32 shard can only be computed by the client"
+            )
+
+
+@dataclass(frozen=True, eq=False)
+class ShardColumn:
+    """A shard column resolved against its table: the column, its sources, its function."""
+
+    column: Column[Any]
+    spec: ShardSpec
+    sources: tuple[Column[Any], ...]
+    _fn: Callable[[Sequence[object]], int] = field(repr=False, compare=False)
+
+    @property
+    def name(self) -> str:
+        return self.column.name
+
+    @property
+    def key(self) -> str:
+        return self.column.key
+
+    @property
+    def count(self) -> int:
+        return self.spec.count
+
+    @property
+    def algorithm(self) -> str:
+        return self.spec.algorithm
+
+    @property
+    def server_side(self) -> bool:
+        return self.spec.server_side
+
+    @property
+    def source_keys(self) -> tuple[str, ...]:
+        return tuple(c.key for c in self.sources)
+
+    def compute(self, values: Sequence[object]) -> int:
+        """The shard for source values given in source order."""
+        if len(values) != len(self.sources):
+            raise ShardConfigError(
+                f"shard column {self.name!r} has {len(self.sources)} sources "
+                f"({', '.join(self.source_keys)}), got {len(values)} values"
+            )
+        return self._fn(values)
+
+    def compute_from(self, row: Any) -> int:
+        """The shard for a mapping or object holding the source values by key."""
+        if isinstance(row, dict):
+            return self._fn([row[k] for k in self.source_keys])
+        return self._fn([getattr(row, k) for k in self.source_keys])
+
+
+class ShardComputed(Computed):
+    """A Spanner generated column holding the shard; rendered by ``sharded_orm.spanner``.
+
+    On other dialects it renders nothing and the client fills the column.
+    """
+
+    __visit_name__ = "sharded_orm_shard_computed"
+    inherit_cache = True
+
+    def __init__(self, spec: ShardSpec) -> None:
+        super().__init__(text("0"), persisted=True)
+        self.spec = spec
+
+    def _copy(self, *, target_table: Any = None, **kw: Any) -> ShardComputed:
+        return ShardComputed(self.spec)  # Column copies (mixins, to_metadata) keep the spec
+
+    def copy(self, *, target_table: Any = None, **kw: Any) -> ShardComputed:
+        return self._copy(target_table=target_table)
+
+
+def shard_column(
+    *sources: str,
+    count: int,
+    algorithm: str = CRC32,
+    server_side: bool = False,
+    **column_kwargs: Any,
+) -> MappedColumn[int]:
+    """A declarative column holding ``compute_shard(<sources>, count, algorithm)``.
+
+    ``sources`` are keys of columns of the same table, in hashing order. The column is
+    ``INT64 NOT NULL`` unless ``column_kwargs`` say otherwise. With ``server_side=True``
+    (farm_fingerprint only) it is a STORED generated column on Spanner and is never sent
+    by the client there; elsewhere the client fills it.
+
+    ``Table(...)`` users can take ``shard_column(...).column``.
+    """
+    spec = ShardSpec(tuple(sources), count, algorithm, server_side)
+    for banned in ("default", "onupdate", "server_default", "server_onupdate"):
+        if banned in column_kwargs:
+            raise ShardConfigError(
+                f"shard_column computes its own value; remove {banned}= from its arguments"
+            )
+    info = dict(column_kwargs.pop("info", None) or {})
+    info[INFO_KEY] = spec
+    column_kwargs.setdefault("nullable", False)
+    type_ = column_kwargs.pop("type_", Integer)
+    args: list[Any] = [type_]
+    if server_side:
+        args.append(ShardComputed(spec))
+    return mapped_column(*args, info=info, **column_kwargs)
+
+
+# --------------------------------------------------------------------------- introspection
+
+_resolved: weakref.WeakKeyDictionary[Table, tuple[int, tuple[ShardColumn, ...]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _find_source(table: Table, name: str) -> Column[Any]:
+    """A source by ORM attribute name, column key, or SQL name, in that order."""
+    attr_columns = table.info.get(ATTR_COLUMNS_KEY)
+    if attr_columns and name in attr_columns:
+        return attr_columns[name]  # type: ignore[no-any-return]
+    col = table.c.get(name)
+    if col is not None:
+        return col
+    for c in table.columns:
+        if c.name == name:
+            return c
+    raise ShardConfigError(
+        f"shard source {name!r} is not a column of table {table.name!r} "
+        f"(columns: {', '.join(c.key for c in table.columns)})"
+    )
+
+
+def _resolve(table: Table) -> tuple[ShardColumn, ...]:
+    found = []
+    for col in table.columns:
+        spec = col.info.get(INFO_KEY) if col.info else None
+        if spec is None:
+            continue
+        sources = tuple(_find_source(table, s) for s in spec.sources)
+        if col in sources:
+            raise ShardConfigError(f"shard column {col.name!r} cannot be its own source")
+        for s in sources:
+            if s.info and s.info.get(INFO_KEY) is not None:
+                raise ShardConfigError(
+                    f"shard column {col.name!r} takes another shard column, {s.name!r}, "
+                    "as a source; hash the original sources instead"
+                )
+            if s.server_default is not None and not spec.server_side:
+                raise ShardConfigError(
+                    f"shard source {s.name!r} of {col.name!r} gets its value from the server "
+                    "(server_default/Computed), so the client cannot hash it; give it a "
+                    "client-side default, or use server_side=True on Spanner"
+                )
+        found.append(ShardColumn(col, spec, sources, shard_function(spec.count, spec.algorithm)))
+    return tuple(found)
+
+
+def table_of(obj: Any) -> Table:
+    """The Table behind a model class, mapper, instance or Table."""
+    if isinstance(obj, Table):
+        return obj
+    from sqlalchemy import inspect
+
+    insp = inspect(obj, raiseerr=False)
+    table = getattr(insp, "local_table", None)
+    if table is None:
+        mapper = getattr(insp, "mapper", None)
+        table = getattr(mapper, "local_table", None)
+    if not isinstance(table, Table):
+        raise ShardTypeError(f"expected a mapped class or a Table, got {obj!r}")
+    return table
+
+
+def shard_columns(obj: Any) -> tuple[ShardColumn, ...]:
+    """Every shard column of a table or mapped class, resolved and validated."""
+    table = table_of(obj)
+    ncols = len(table.columns)
+    hit = _resolved.get(table)
+    if hit is not None and hit[0] == ncols:
+        return hit[1]
+    cols = _resolve(table)
+    _resolved[table] = (ncols, cols)
+    return cols
+
+
+def get_shard_column(obj: Any, name: str | None = None) -> ShardColumn:
+    """The shard column of ``obj`` by ORM attribute, column key or SQL name.
+
+    With ``name=None`` the table must have exactly one shard column.
+    """
+    cols = shard_columns(obj)
+    table = table_of(obj)
+    if name is None:
+        if len(cols) == 1:
+            return cols[0]
+        raise ShardConfigError(
+            f"table {table.name!r} has {len(cols)} shard columns; name the one you mean"
+        )
+    attr_col = (table.info.get(ATTR_COLUMNS_KEY) or {}).get(name)
+    for sc in cols:
+        if name in (sc.key, sc.name) or sc.column is attr_col:
+            return sc
+    raise ShardConfigError(
+        f"{name!r} is not a shard column of table {table.name!r} "
+        f"(shard columns: {', '.join(sc.key for sc in cols) or 'none'})"
+    )
+
+
+def is_shard_column(column: Any) -> bool:
+    info = getattr(column, "info", None)
+    return isinstance(info, dict) and info.get(INFO_KEY) is not None
+
+
+# --------------------------------------------------------------------------- ORM unit of work
+
+
+def _on_mapper_constructed(mapper: Any, class_: Any) -> None:
+    table = mapper.local_table
+    if not isinstance(table, Table):
+        return
+    if not any(is_shard_column(c) for c in table.columns):
+        return
+    attr_columns = table.info.setdefault(ATTR_COLUMNS_KEY, {})
+    for attr, col in mapper.columns.items():
+        if isinstance(col, Column) and col.table is table:
+            attr_columns.setdefault(attr, col)
+    _resolved.pop(table, None)
+    shard_columns(table)  # validate now, at class definition, not at first flush
+    from .orm_events import install_mapper_events
+
+    install_mapper_events(mapper)
+
+
+event.listen(Mapper, "after_mapper_constructed", _on_mapper_constructed)

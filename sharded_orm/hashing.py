@@ -1,0 +1,249 @@
+"""The shard hash: one canonical text per value, one function from texts to a shard.
+
+The same shard must come out of this module, out of a generated column on
+Spanner, and out of a Go or Java service reading ``docs/hashing.md``. So the
+encoding is defined on *text*, every rule has a GoogleSQL twin (see
+``sharded_orm.spanner.expressions``), and nothing here depends on Python's
+``hash()`` or on the host.
+
+Canonical string of the sources ``v1, ..., vk``::
+
+    <byte length of t1 in UTF-8> ":" t1 ... <byte length of tk> ":" tk
+
+where ``ti`` is the canonical text of ``vi``. The length prefix makes the join
+unambiguous: ``("ab", "c")`` is ``2:ab1:c`` and ``("a", "bc")`` is ``1:a2:bc``.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as _dt
+import uuid
+import zlib
+from collections.abc import Callable, Sequence
+from decimal import Decimal
+from typing import Any, Final
+
+from .errors import ShardConfigError, ShardTypeError, ShardValueError
+
+CRC32: Final = "crc32"
+FARM_FINGERPRINT: Final = "farm_fingerprint"
+ALGORITHMS: Final = (CRC32, FARM_FINGERPRINT)
+
+#: Largest shard count accepted: keeps ``BETWEEN 0 AND N-1`` fan-outs sane and
+#: every shard id far inside INT64.
+MAX_SHARD_COUNT: Final = 1 << 16
+
+_UTC = _dt.timezone.utc
+_datetime_isoformat = _dt.datetime.isoformat
+_date_isoformat = _dt.date.isoformat
+
+
+def _text_str(value: str) -> str:
+    return value
+
+
+def _text_bool(value: bool) -> str:
+    return "true" if value else "false"
+
+
+def _text_int(value: int) -> str:
+    return str(value)
+
+
+def _text_bytes(value: bytes) -> str:
+    return base64.b64encode(value).decode("ascii")
+
+
+def _text_uuid(value: uuid.UUID) -> str:
+    return str(value)
+
+
+def _text_decimal(value: Decimal) -> str:
+    if not value.is_finite():
+        raise ShardValueError(
+            f"cannot hash the non-finite Decimal {value!r}: Spanner NUMERIC has none"
+        )
+    if value.is_zero():
+        return "0"
+    # Fixed notation, no exponent, no trailing zeros: what CAST(NUMERIC AS STRING) prints.
+    text = format(value.normalize(), "f")
+    return text
+
+
+def _text_date(value: _dt.date) -> str:
+    return _date_isoformat(value)
+
+
+_TIMESTAMP_TEXT = "%04d-%02d-%02dT%02d:%02d:%02d.%06dZ"
+
+
+def _text_datetime(value: _dt.datetime) -> str:
+    if value.tzinfo is not _UTC:
+        offset = value.utcoffset()
+        if offset is None:
+            raise ShardValueError(
+                f"cannot hash the naive datetime {value!r}: a shard needs an absolute instant. "
+                "Give it a timezone (e.g. datetime.now(timezone.utc)), or declare the column "
+                "as sharded_orm.UTCDateTime so values read back from SQLite are aware too."
+            )
+        if offset:
+            value = value.astimezone(_UTC)
+    # DatetimeWithNanoseconds keeps nanoseconds aside and its microsecond field is already
+    # truncated, exactly like %E6S on the server. %-formatting is the fastest exact way here.
+    return _TIMESTAMP_TEXT % (
+        value.year,
+        value.month,
+        value.day,
+        value.hour,
+        value.minute,
+        value.second,
+        value.microsecond,
+    )
+
+
+_ENCODERS: dict[type, Callable[[Any], str]] = {
+    str: _text_str,
+    bool: _text_bool,
+    int: _text_int,
+    bytes: _text_bytes,
+    uuid.UUID: _text_uuid,
+    Decimal: _text_decimal,
+    _dt.date: _text_date,
+    _dt.datetime: _text_datetime,
+}
+
+# Checked in this order for subclasses (bool before int, datetime before date).
+_BASES: tuple[tuple[type, Callable[[Any], str]], ...] = (
+    (bool, _text_bool),
+    (str, _text_str),
+    (int, _text_int),
+    (bytes, _text_bytes),
+    (bytearray, lambda v: _text_bytes(bytes(v))),
+    (memoryview, lambda v: _text_bytes(bytes(v))),
+    (uuid.UUID, _text_uuid),
+    (Decimal, _text_decimal),
+    (_dt.datetime, _text_datetime),
+    (_dt.date, _text_date),
+)
+
+
+def _encoder_for(tp: type) -> Callable[[Any], str]:
+    if tp is type(None):
+        raise ShardValueError(
+            "cannot hash None: every shard source must have a value (make the column NOT NULL)"
+        )
+    for base, enc in _BASES:
+        if issubclass(tp, base):
+            _ENCODERS[tp] = enc  # remember the subclass (e.g. DatetimeWithNanoseconds)
+            return enc
+    raise ShardTypeError(
+        f"cannot hash a value of type {tp.__name__}: shard sources must be str, bytes, int, "
+        "bool, uuid.UUID, Decimal, date or timezone-aware datetime "
+        "(floats are refused: equal-looking floats can hash differently)"
+    )
+
+
+def canonical_text(value: object) -> str:
+    """The canonical text of one source value (see ``docs/hashing.md``)."""
+    enc = _ENCODERS.get(type(value))
+    if enc is None:
+        enc = _encoder_for(type(value))
+    return enc(value)
+
+
+def canonical_string(values: Sequence[object]) -> str:
+    """The length-prefixed join of the canonical texts of ``values``."""
+    out = ""
+    get = _ENCODERS.get
+    for value in values:
+        enc = get(type(value))
+        if enc is None:
+            enc = _encoder_for(type(value))
+        text = enc(value)
+        # len(str) counts code points; the prefix counts UTF-8 bytes.
+        out += f"{len(text) if text.isascii() else len(text.encode())}:{text}"
+    return out
+
+
+def _crc32(data: str) -> int:
+    return zlib.crc32(data.encode("utf-8"))
+
+
+def _farm_fingerprint(data: str) -> int:
+    import farmhash  # from the ``cityhash`` distribution; C extension, imported on first use
+
+    fp: int = farmhash.Fingerprint64(data)
+    return fp - (1 << 64) if fp >= (1 << 63) else fp  # as Spanner's signed INT64
+
+
+_HASHES: dict[str, Callable[[str], int]] = {CRC32: _crc32, FARM_FINGERPRINT: _farm_fingerprint}
+
+
+def hash_string(data: str, algorithm: str = CRC32) -> int:
+    """The raw hash of a canonical string: unsigned CRC-32, or signed FARM_FINGERPRINT."""
+    try:
+        fn = _HASHES[algorithm]
+    except (KeyError, TypeError):
+        raise ShardConfigError(
+            f"unknown shard algorithm {algorithm!r}: use one of {', '.join(ALGORITHMS)}"
+        ) from None
+    return fn(data)
+
+
+def validate_count(count: object) -> int:
+    """Return ``count`` if it is a usable shard count, else raise ``ShardConfigError``."""
+    if isinstance(count, bool) or not isinstance(count, int):
+        raise ShardConfigError(
+            f"shard count must be an int between 1 and {MAX_SHARD_COUNT}, got {count!r} "
+            f"({type(count).__name__})"
+        )
+    if not 1 <= count <= MAX_SHARD_COUNT:
+        raise ShardConfigError(f"shard count must be between 1 and {MAX_SHARD_COUNT}, got {count}")
+    return count
+
+
+def validate_algorithm(algorithm: object) -> str:
+    if algorithm not in ALGORITHMS:
+        raise ShardConfigError(
+            f"unknown shard algorithm {algorithm!r}: use one of {', '.join(ALGORITHMS)}"
+        )
+    return str(algorithm)
+
+
+def _as_sources(values: object) -> Sequence[object]:
+    if isinstance(values, (list, tuple)):
+        return values
+    return (values,)
+
+
+def compute_shard(values: object, count: int, algorithm: str = CRC32) -> int:
+    """The shard in ``[0, count)`` for one source value or a sequence of them.
+
+    ``crc32`` is zlib's CRC-32 of the UTF-8 canonical string; ``farm_fingerprint``
+    is Spanner's ``FARM_FINGERPRINT`` of it. Both are reduced with a modulo that
+    never goes negative (Spanner's ``MOD`` keeps the dividend's sign; Python's does not).
+
+    A list or tuple is taken as several sources in order; any other value is one source.
+    """
+    validate_count(count)
+    validate_algorithm(algorithm)
+    return hash_string(canonical_string(_as_sources(values)), algorithm) % count
+
+
+def shard_function(count: int, algorithm: str = CRC32) -> Callable[[Sequence[object]], int]:
+    """A validated, pre-bound ``compute_shard`` for the hot path (one call per row)."""
+    validate_count(count)
+    if validate_algorithm(algorithm) == CRC32:
+        crc32 = zlib.crc32
+
+        def shard(values: Sequence[object]) -> int:
+            return crc32(canonical_string(values).encode()) % count
+
+        return shard
+    fn = _HASHES[algorithm]
+
+    def shard_fp(values: Sequence[object]) -> int:
+        return fn(canonical_string(values)) % count
+
+    return shard_fp

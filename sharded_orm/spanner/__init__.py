@@ -1,0 +1,19 @@
+"""Spanner-specific parts of sharded-orm.
+
+Nothing here imports google-cloud-spanner at import time; DDL hooks are keyed by
+dialect name. sqlalchemy-spanner's dialect calls itself ``spanner+spanner``; we
+accept plain ``spanner`` too, the name users write in hints and kwargs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+#: Names under which the Spanner dialect may present itself.
+SPANNER_DIALECT_NAMES = ("spanner+spanner", "spanner")
+
+
+def is_spanner(dialect: Any) -> bool:
+    """True for sqlalchemy-spanner's dialect (or a Connection/Engine on it)."""
+    dialect = getattr(dialect, "dialect", dialect)
+    return getattr(dialect, "name", None) in SPANNER_DIALECT_NAMES

@@ -1,0 +1,158 @@
+"""The shard hash: canonical encoding, ranges, bad input, and the documented vectors."""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+import uuid
+import zlib
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+from google.api_core.datetime_helpers import DatetimeWithNanoseconds
+from hypothesis import given
+from hypothesis import strategies as st
+
+from sharded_orm import (
+    ShardConfigError,
+    ShardingError,
+    ShardTypeError,
+    ShardValueError,
+    canonical_string,
+    canonical_text,
+    compute_shard,
+)
+
+UTC = dt.timezone.utc
+
+aware_datetimes = st.datetimes(
+    min_value=dt.datetime(1, 1, 2), max_value=dt.datetime(9999, 12, 30), timezones=st.timezones()
+)
+decimals = st.decimals(
+    allow_nan=False, allow_infinity=False, places=9, min_value=-(10**28), max_value=10**28
+)
+source_values = st.one_of(
+    st.text(),
+    st.binary(),
+    st.integers(min_value=-(2**63), max_value=2**63 - 1),
+    st.booleans(),
+    st.uuids(),
+    decimals,
+    st.dates(),
+    aware_datetimes,
+)
+
+
+@given(st.lists(source_values, min_size=1, max_size=4), st.integers(1, 1 << 16))
+def test_shard_is_in_range(values: list[object], count: int) -> None:
+    for algorithm in ("crc32", "farm_fingerprint"):
+        shard = compute_shard(values, count, algorithm)
+        assert 0 <= shard < count
+
+
+@given(st.lists(st.text(), min_size=1, max_size=4), st.lists(st.text(), min_size=1, max_size=4))
+def test_join_is_unambiguous(a: list[str], b: list[str]) -> None:
+    if a != b:
+        assert canonical_string(a) != canonical_string(b)
+
+
+def test_split_point_changes_the_string() -> None:
+    assert canonical_string(["ab", "c"]) == "2:ab1:c"
+    assert canonical_string(["a", "bc"]) == "1:a2:bc"
+    assert compute_shard(("ab", "c"), 1 << 16) != compute_shard(("a", "bc"), 1 << 16)
+
+
+def test_length_prefix_counts_utf8_bytes() -> None:
+    assert canonical_string(["é😀"]) == "6:é😀"
+
+
+@given(aware_datetimes)
+def test_same_instant_same_shard_whatever_the_zone(ts: dt.datetime) -> None:
+    assert canonical_text(ts) == canonical_text(ts.astimezone(UTC))
+    assert canonical_text(ts).endswith("Z")
+
+
+def test_crc32_matches_zlib_on_the_canonical_bytes() -> None:
+    ts = dt.datetime(2018, 5, 1, 15, 16, 3, 386257, tzinfo=UTC)
+    expected = zlib.crc32(b"4:Acme27:2018-05-01T15:16:03.386257Z") % 10
+    assert compute_shard(("Acme", ts), 10) == expected
+
+
+def test_single_value_equals_one_element_sequence() -> None:
+    assert compute_shard("abc", 97) == compute_shard(["abc"], 97) == compute_shard(("abc",), 97)
+
+
+def test_nanoseconds_are_truncated_to_microseconds() -> None:
+    ns = DatetimeWithNanoseconds(2020, 1, 1, 0, 0, 0, nanosecond=123456999, tzinfo=UTC)
+    assert canonical_text(ns) == "2020-01-01T00:00:00.123456Z"
+    plain = dt.datetime(2020, 1, 1, 0, 0, 0, 123456, tzinfo=UTC)
+    assert compute_shard(ns, 1000) == compute_shard(plain, 1000)
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [
+        ("Acme", "Acme"),
+        (b"\xff\x00a", "/wBh"),
+        (-5, "-5"),
+        (True, "true"),
+        (False, "false"),
+        (uuid.UUID("15B7BD1F-8473-4F3C-9A31-6E3C1D1E0F01"), "15b7bd1f-8473-4f3c-9a31-6e3c1d1e0f01"),
+        (Decimal("1.50"), "1.5"),
+        (Decimal("1E+2"), "100"),
+        (Decimal("-0.00"), "0"),
+        (Decimal("0.000000001"), "0.000000001"),
+        (dt.date(1, 2, 3), "0001-02-03"),
+        (dt.datetime(1, 1, 1, tzinfo=UTC), "0001-01-01T00:00:00.000000Z"),
+        (
+            dt.datetime(2020, 6, 1, 2, 0, tzinfo=dt.timezone(dt.timedelta(hours=2))),
+            "2020-06-01T00:00:00.000000Z",
+        ),
+    ],
+)
+def test_canonical_text_per_type(value: object, text: str) -> None:
+    assert canonical_text(value) == text
+
+
+@pytest.mark.parametrize("count", [0, -1, 1.5, True, "3", None, (1 << 16) + 1])
+def test_bad_counts(count: object) -> None:
+    with pytest.raises(ShardConfigError, match="shard count"):
+        compute_shard("x", count)  # type: ignore[arg-type]
+
+
+def test_unknown_algorithm() -> None:
+    with pytest.raises(ShardConfigError, match="unknown shard algorithm 'md5'"):
+        compute_shard("x", 4, "md5")
+
+
+@pytest.mark.parametrize(
+    ("value", "error", "message"),
+    [
+        (None, ShardValueError, "cannot hash None"),
+        (dt.datetime(2020, 1, 1), ShardValueError, "naive datetime"),
+        (1.5, ShardTypeError, "type float"),
+        (object(), ShardTypeError, "type object"),
+        (Decimal("NaN"), ShardValueError, "non-finite"),
+        ([["nested"]], ShardTypeError, "type list"),
+    ],
+)
+def test_bad_values(value: object, error: type[Exception], message: str) -> None:
+    with pytest.raises(error, match=message) as info:
+        compute_shard([value] if not isinstance(value, list) else value, 4)
+    assert isinstance(info.value, ShardingError)
+
+
+def _doc_vectors() -> list[tuple[str, int, str, int]]:
+    doc = (Path(__file__).parent.parent / "docs" / "hashing.md").read_text()
+    rows = re.findall(r"^\| `([^`]*)` \| (\d+) \| (\w+) \| (-?\d+) \|$", doc, re.M)
+    assert len(rows) >= 10, "docs/hashing.md lost its test-vector table"
+    return [(s, int(n), a, int(r)) for s, n, a, r in rows]
+
+
+def test_documented_vectors_hold() -> None:
+    """docs/hashing.md gives canonical strings and shards for other languages to check."""
+    from sharded_orm.hashing import hash_string
+
+    for string, count, algorithm, expected in _doc_vectors():
+        assert hash_string(string, algorithm) % count == expected, (string, algorithm)
