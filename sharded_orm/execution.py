@@ -34,7 +34,7 @@ from sqlalchemy.sql.elements import (
 from sqlalchemy.sql.schema import Column, Table
 
 from .columns import ShardColumn, shard_columns
-from .errors import ShardConfigError, ShardMismatchError
+from .errors import ShardConfigError, ShardMismatchError, ShardValueError
 from .spanner import is_spanner
 
 _MISSING: Any = object()
@@ -264,21 +264,24 @@ def _check_given(
 
 
 def _fast_insert_rows(shards: _RowShards, rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """INSERT rows: those carrying every source and no shard get it filled in a copy; the
-    rest (a given shard to check, a source to default) take the full path."""
+    """INSERT rows carrying every source: fill a missing shard (in a copy), accept a given
+    one that agrees. Anything else (a source to default, a disagreeing shard) takes the
+    full path, which evaluates defaults and raises the precise error."""
     plan = [(sc.key, sc.source_keys, sc._fn) for sc in shards.client_made]
     out = []
     for row in rows:
         new: dict[str, Any] | None = None
         try:
             for key, source_keys, fn in plan:
-                if key in row:
+                shard = fn([row[k] for k in source_keys])
+                given = row.get(key)
+                if given is None:
+                    if new is None:
+                        new = row.copy()
+                    new[key] = shard
+                elif given != shard or given.__class__ is bool:
                     raise KeyError(key)
-                values = [row[k] for k in source_keys]
-                if new is None:
-                    new = row.copy()
-                new[key] = fn(values)
-        except KeyError:
+        except (KeyError, ShardValueError):
             new = shards.insert_row(row, {})
         out.append(row if new is None else new)
     return out
