@@ -1,0 +1,1 @@
+"""Test support: the pytest plugin (emulator and mock-server fixtures)."""

@@ -1,0 +1,206 @@
+"""Find, start and talk to Google's Cloud Spanner emulator.
+
+Used by the pytest plugin and by the examples. The binary ``emulator_main`` is started
+directly on a free loopback port and stopped by PID (``gcloud emulators spanner start``
+leaves it orphaned when gcloud is killed). google-cloud-spanner is imported only when a
+client is needed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+#: Environment variable naming the emulator binary. When set, it is the only place looked at.
+BINARY_ENV = "SHARDED_ORM_EMULATOR_BIN"
+HOST_ENV = "SPANNER_EMULATOR_HOST"
+SDK_LOCATIONS = ("/usr/lib/google-cloud-sdk/bin/cloud_spanner_emulator/emulator_main",)
+
+
+class EmulatorNotFound(RuntimeError):
+    """No emulator binary (and no ``SPANNER_EMULATOR_HOST``) on this machine."""
+
+
+class EmulatorFailed(RuntimeError):
+    """The emulator binary was found but did not come up."""
+
+
+def find_binary() -> str:
+    """The emulator binary: ``$SHARDED_ORM_EMULATOR_BIN``, PATH, or the gcloud SDK."""
+    explicit = os.environ.get(BINARY_ENV)
+    if explicit:
+        if os.access(explicit, os.X_OK) and Path(explicit).is_file():
+            return explicit
+        raise EmulatorNotFound(f"{BINARY_ENV}={explicit} is not an executable file")
+    looked = []
+    on_path = shutil.which("emulator_main")
+    if on_path:
+        return on_path
+    looked.append("emulator_main on PATH")
+    candidates = []
+    gcloud = shutil.which("gcloud")
+    if gcloud:
+        sdk_bin = Path(os.path.realpath(gcloud)).parent
+        candidates.append(str(sdk_bin / "cloud_spanner_emulator" / "emulator_main"))
+    candidates.extend(SDK_LOCATIONS)
+    for c in candidates:
+        if os.access(c, os.X_OK):
+            return c
+        looked.append(c)
+    raise EmulatorNotFound(
+        "no Cloud Spanner emulator: looked for "
+        + ", ".join(looked)
+        + f". Install the gcloud component 'cloud-spanner-emulator', set {BINARY_ENV} to the "
+        f"emulator_main binary, or set {HOST_ENV} to a running emulator."
+    )
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _wait_for_port(host: str, port: int, proc: subprocess.Popen[bytes], log: Path) -> None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise EmulatorFailed(
+                f"the emulator exited with code {proc.returncode}: {log.read_text()[-2000:]}"
+            )
+        try:
+            with socket.create_connection((host, port), timeout=0.2):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise EmulatorFailed(f"the emulator did not listen on {host}:{port} within 30 s")
+
+
+class Emulator:
+    """A running emulator (ours or the one at ``SPANNER_EMULATOR_HOST``) with one instance."""
+
+    def __init__(self, host: str, project: str = "sharded-orm", instance_id: str = "test-instance"):
+        self.host = host
+        self.project = project
+        self.instance_id = instance_id
+        self._client: Any = None
+        self._process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            from google.auth.credentials import AnonymousCredentials
+            from google.cloud import spanner
+
+            self._client = spanner.Client(
+                project=self.project,
+                credentials=AnonymousCredentials(),  # type: ignore[no-untyped-call]
+                client_options={"api_endpoint": self.host},
+                disable_builtin_metrics=True,
+            )
+        return self._client
+
+    def instance(self) -> Any:
+        return self.client.instance(self.instance_id)
+
+    def ensure_instance(self) -> None:
+        from google.api_core.exceptions import AlreadyExists
+
+        instance = self.client.instance(
+            self.instance_id,
+            configuration_name=f"projects/{self.project}/instanceConfigs/emulator-config",
+            display_name=self.instance_id,
+            node_count=1,
+        )
+        with contextlib.suppress(AlreadyExists):  # SPANNER_EMULATOR_HOST reused
+            instance.create().result(60)
+
+    def create_database(self, ddl: list[str] | tuple[str, ...] = ()) -> str:
+        """A new, empty database (plus ``ddl``); returns its id."""
+        database_id = "db-" + uuid.uuid4().hex[:20]
+        self.instance().database(database_id, ddl_statements=list(ddl)).create().result(120)
+        return database_id
+
+    def drop_database(self, database_id: str) -> None:
+        self.instance().database(database_id).drop()
+
+    def database(self, database_id: str) -> Any:
+        """The google-cloud-spanner ``Database`` object."""
+        return self.instance().database(database_id)
+
+    def url(self, database_id: str) -> str:
+        """The SQLAlchemy URL of a database on this emulator."""
+        return (
+            f"spanner+spanner:///projects/{self.project}/instances/{self.instance_id}"
+            f"/databases/{database_id}"
+        )
+
+    def engine(self, database_id: str, **kwargs: Any) -> Any:
+        import sqlalchemy as sa
+
+        return sa.create_engine(self.url(database_id), **kwargs)
+
+    def stop(self) -> None:
+        proc, self._process = self._process, None
+        if proc is None or proc.poll() is not None:
+            return
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
+def start(binary: str | None = None) -> Emulator:
+    """Start ``emulator_main`` on a free loopback port; the caller must ``stop()`` it."""
+    binary = binary or find_binary()
+    port = _free_port()
+    log = Path(tempfile.mkstemp(prefix="spanner-emulator-", suffix=".log")[1])
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [binary, "--host_port", f"127.0.0.1:{port}"],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        _wait_for_port("127.0.0.1", port, proc, log)
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
+    emulator = Emulator(f"127.0.0.1:{port}")
+    emulator._process = proc
+    return emulator
+
+
+@contextmanager
+def local_emulator() -> Iterator[Emulator]:
+    """The emulator at ``SPANNER_EMULATOR_HOST`` if set, else one started (and stopped) here.
+
+    While it runs, ``SPANNER_EMULATOR_HOST`` points at it, so any Spanner client in the
+    process talks to the emulator with anonymous credentials.
+    """
+    existing = os.environ.get(HOST_ENV)
+    emulator = Emulator(existing) if existing else start()
+    os.environ[HOST_ENV] = emulator.host
+    try:
+        emulator.ensure_instance()
+        yield emulator
+    finally:
+        emulator.stop()
+        if existing is None:
+            os.environ.pop(HOST_ENV, None)
+        else:
+            os.environ[HOST_ENV] = existing
