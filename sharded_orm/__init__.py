@@ -18,9 +18,13 @@ from .errors import (
     UnsupportedOnDialectError,
 )
 from .hashing import canonical_string, canonical_text, compute_shard
-from .types import UTCDateTime
 
 # --- schema constructs (indexes, descending keys, mixins) ---
+from .indexes import ShardedIndex
+from .interleave import interleave_in
+from .keys import OrderedPrimaryKey, key_column, primary_key
+from .mixins import TimestampShardedMixin
+from .types import UTCDateTime
 
 # --- key strategies (ids, sequences) ---
 
@@ -31,6 +35,12 @@ from .types import UTCDateTime
 # --- bulk loading ---
 
 __all__ = [
+    "OrderedPrimaryKey",
+    "ShardedIndex",
+    "TimestampShardedMixin",
+    "interleave_in",
+    "key_column",
+    "primary_key",
     "ShardColumn",
     "ShardConfigError",
     "ShardMismatchError",

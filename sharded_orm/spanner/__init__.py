@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from sqlalchemy.dialects import registry
+
 #: Names under which the Spanner dialect may present itself.
 SPANNER_DIALECT_NAMES = ("spanner+spanner", "spanner")
 
@@ -17,3 +19,9 @@ def is_spanner(dialect: Any) -> bool:
     """True for sqlalchemy-spanner's dialect (or a Connection/Engine on it)."""
     dialect = getattr(dialect, "dialect", dialect)
     return getattr(dialect, "name", None) in SPANNER_DIALECT_NAMES
+
+
+# Our subclass of sqlalchemy-spanner's dialect, with its gaps closed (see .dialect), for
+# both names. Registered by module path: nothing is imported until it is used.
+registry.register("spanner.spanner", "sharded_orm.spanner.dialect", "SpannerDialect")
+registry.register("spanner", "sharded_orm.spanner.dialect", "SpannerDialect")
