@@ -29,12 +29,23 @@ from .types import UTCDateTime
 # --- key strategies (ids, sequences) ---
 
 # --- sharded queries ---
+from .merge import MergeStats, merged
+from .pagination import CursorError, Page, page, set_cursor_secret
+from .query import expand, sharded_select
 
 # --- linter and simulator ---
 
 # --- bulk loading ---
 
 __all__ = [
+    "CursorError",
+    "MergeStats",
+    "Page",
+    "expand",
+    "merged",
+    "page",
+    "set_cursor_secret",
+    "sharded_select",
     "OrderedPrimaryKey",
     "ShardedIndex",
     "TimestampShardedMixin",

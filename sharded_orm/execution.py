@@ -32,7 +32,9 @@ from sqlalchemy.sql.elements import (
     ClauseElement,
 )
 from sqlalchemy.sql.schema import Column, Table
+from sqlalchemy.sql.selectable import Select
 
+from . import query
 from .columns import ShardColumn, shard_columns
 from .errors import ShardConfigError, ShardMismatchError, ShardValueError
 from .spanner import is_spanner
@@ -328,6 +330,9 @@ def _before_execute(
 ) -> tuple[Any, list[dict[str, Any]], dict[str, Any]]:
     is_insert = isinstance(elem, Insert)
     if not (is_insert or isinstance(elem, Update)):
+        if isinstance(elem, Select) and elem._execution_options.get(query.OPTION) is not None:
+            # sharded_select(...): add the shard predicate and, on Spanner, the index hint
+            return query.expand(elem, conn.dialect, params), multiparams, params
         return elem, multiparams, params
     shards = _table_shards(elem.table)
     if not shards:

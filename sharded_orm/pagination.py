@@ -1,0 +1,162 @@
+"""Keyset pagination over a sharded range: rows plus an opaque, signed cursor.
+
+A page is the first ``page_size`` rows, in the index's order (then the key), strictly
+after the cursor's row. The order is total, so a row is never skipped or repeated,
+however many rows share a timestamp across shards. A row inserted between two pages
+shows up on a later page if it sorts after the cursor, and never if it sorts before
+(it belongs to a page already read).
+
+The cursor carries the last row's sort values, a fingerprint of the query, and an
+HMAC-SHA256 signature. A cursor from another query, or an edited one, is refused.
+Sign with your own secret across processes (``set_cursor_secret`` or the environment
+variable ``SHARDED_ORM_CURSOR_SECRET``); by default each process makes a random one, so
+cursors are valid only in the process that issued them.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import hashlib
+import hmac
+import json
+import os
+import uuid
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+from sqlalchemy.engine import Connection
+
+from .errors import ShardingError
+from .merge import MergeStats, merged
+from .query import check_positive_int, plan_of
+
+
+class CursorError(ShardingError, ValueError):
+    """A cursor that was edited, or issued for another query."""
+
+
+_secret: bytes = os.environ.get("SHARDED_ORM_CURSOR_SECRET", "").encode() or os.urandom(32)
+
+
+def set_cursor_secret(secret: bytes | str) -> None:
+    """The key cursors are signed with; share it between processes that serve pages."""
+    global _secret
+    raw = secret.encode() if isinstance(secret, str) else secret
+    if len(raw) < 16:
+        raise CursorError("a cursor secret needs at least 16 bytes")
+    _secret = raw
+
+
+def _encode_value(v: Any) -> list[Any]:
+    if v is None:
+        return ["n", None]
+    if isinstance(v, bool):
+        return ["b", v]
+    if isinstance(v, int):
+        return ["i", str(v)]
+    if isinstance(v, str):
+        return ["s", v]
+    if isinstance(v, dt.datetime):
+        nanos = getattr(v, "nanosecond", v.microsecond * 1000)
+        return ["t", v.isoformat(), nanos]
+    if isinstance(v, dt.date):
+        return ["d", v.isoformat()]
+    if isinstance(v, Decimal):
+        return ["m", str(v)]
+    if isinstance(v, uuid.UUID):
+        return ["u", str(v)]
+    if isinstance(v, bytes):
+        return ["y", base64.b64encode(v).decode()]
+    raise CursorError(f"cannot put a {type(v).__name__} into a cursor")
+
+
+def _decode_value(item: list[Any]) -> Any:
+    tag, raw = item[0], item[1]
+    if tag == "t":
+        value = dt.datetime.fromisoformat(raw)
+        nanos = item[2]
+        if nanos % 1000:
+            from google.api_core.datetime_helpers import DatetimeWithNanoseconds
+
+            return DatetimeWithNanoseconds(  # type: ignore[no-untyped-call]
+                value.year,
+                value.month,
+                value.day,
+                value.hour,
+                value.minute,
+                value.second,
+                nanosecond=nanos,
+                tzinfo=value.tzinfo,
+            )
+        return value
+    decoders: dict[str, Any] = {
+        "n": lambda r: None,
+        "b": bool,
+        "i": int,
+        "s": str,
+        "d": dt.date.fromisoformat,
+        "m": Decimal,
+        "u": uuid.UUID,
+        "y": base64.b64decode,
+    }
+    return decoders[tag](raw)
+
+
+def query_fingerprint(stmt: Any) -> str:
+    """Identifies a query: its SQL, its bound values, and the shard plan."""
+    compiled = stmt.compile()
+    plan = plan_of(stmt)
+    params = sorted((k, repr(v)) for k, v in compiled.params.items())
+    text = f"{compiled}|{params}|{plan.index_name if plan else ''}"
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def encode_cursor(stmt: Any, values: list[Any]) -> str:
+    body = json.dumps(
+        {"q": query_fingerprint(stmt), "v": [_encode_value(v) for v in values]},
+        separators=(",", ":"),
+        sort_keys=True,
+    ).encode()
+    sig = hmac.new(_secret, body, hashlib.sha256).digest()
+    return base64.urlsafe_b64encode(sig + body).decode().rstrip("=")
+
+
+def decode_cursor(stmt: Any, cursor: str) -> list[Any]:
+    if not isinstance(cursor, str) or not cursor:
+        raise CursorError(f"a cursor is the str a previous page returned, got {cursor!r}")
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+    except (ValueError, TypeError):
+        raise CursorError("this cursor is not one sharded-orm issued (bad encoding)") from None
+    sig, body = raw[:32], raw[32:]
+    if not hmac.compare_digest(sig, hmac.new(_secret, body, hashlib.sha256).digest()):
+        raise CursorError("this cursor was altered, or signed with another secret; start over")
+    data = json.loads(body)
+    if data.get("q") != query_fingerprint(stmt):
+        raise CursorError("this cursor belongs to another query; start that query over")
+    return [_decode_value(item) for item in data["v"]]
+
+
+@dataclass
+class Page:
+    rows: list[Any]
+    next_cursor: str | None
+    stats: MergeStats
+
+
+def page(conn: Connection, stmt: Any, page_size: int, cursor: str | None = None) -> Page:
+    """One page of a ``sharded_select``; pass ``next_cursor`` back for the next one."""
+    plan = plan_of(stmt)
+    if plan is None:
+        raise CursorError("page() needs a statement made by sharded_select(...)")
+    check_positive_int(page_size, "page_size")
+    after = decode_cursor(stmt, cursor) if cursor is not None else None
+    stats = MergeStats()
+    rows = merged(conn, stmt, page_size, after=after, stats=stats)
+    next_cursor = None
+    if len(rows) == page_size:
+        last = rows[-1]._mapping
+        next_cursor = encode_cursor(stmt, [last[c.key] for c, _ in plan.sort_columns])
+    return Page(rows, next_cursor, stats)

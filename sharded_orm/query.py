@@ -1,0 +1,160 @@
+"""Sharded range queries in ORM syntax.
+
+``sharded_select(LogEntry, index="LogEntriesByCompany")`` is an ordinary ``Select``; extend
+it with ``.where()``, ``.order_by()``, ``.limit()``. When it executes, sharded-orm adds
+
+* the shard predicate: ``shard BETWEEN 0 AND N-1`` (every shard), or ``shard = k`` when
+  each source of the shard column is fixed by ``col == value`` in the WHERE clause (a
+  point lookup, computed with the same hash the writes used);
+* on Spanner, the ``@{FORCE_INDEX=...}`` table hint for the index; nothing elsewhere.
+
+The additions are made at execution (by the hook in ``sharded_orm.execution``), not at
+compile time: a point lookup's shard depends on bound values, which SQLAlchemy's compiled
+cache must never freeze. ``expand(stmt, dialect)`` shows the statement as it will run.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Index, Select, Table, inspect, select
+from sqlalchemy.sql import operators
+from sqlalchemy.sql.elements import UnaryExpression
+
+from .columns import ShardColumn, get_shard_column, is_shard_column, table_of
+from .errors import ShardConfigError, ShardTypeError
+from .spanner import is_spanner
+
+OPTION = "sharded_orm_plan"
+_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+
+
+def check_identifier(name: object, what: str = "index name") -> str:
+    """Refuse anything that is not a plain identifier: hints are pasted into SQL text."""
+    if not isinstance(name, str) or not _IDENTIFIER.match(name):
+        raise ShardConfigError(
+            f"{what} {name!r} is not a plain identifier (letters, digits, _; not starting with "
+            "a digit); it would be written into the SQL as is, so it is refused"
+        )
+    return name
+
+
+@dataclass(frozen=True)
+class ShardPlan:
+    """Which shard column (and index) a sharded query fans out over, and in what order."""
+
+    table: Table
+    shard: ShardColumn
+    index_name: str | None  # None: the primary key
+    ordering: tuple[tuple[Any, bool], ...]  # (column, descending) after the shard, in order
+    key: tuple[Any, ...]  # primary-key columns, the tie-break that makes the order total
+
+    @property
+    def sort_columns(self) -> list[tuple[Any, bool]]:
+        """The index ordering followed by the key columns it doesn't already hold."""
+        seen = {c for c, _ in self.ordering}
+        return list(self.ordering) + [(c, False) for c in self.key if c not in seen]
+
+
+def _plan_for_index(table: Table, index: Index) -> ShardPlan:
+    cols = list(index.expressions)
+    first: Any = cols[0].element if isinstance(cols[0], UnaryExpression) else cols[0]
+    if not is_shard_column(first):
+        raise ShardConfigError(
+            f"index {index.name!r} of {table.name!r} is not led by a shard column; "
+            "use a ShardedIndex (or an index whose first column is a shard_column)"
+        )
+    ordering = []
+    for expr in cols[1:]:
+        desc = isinstance(expr, UnaryExpression) and expr.modifier is operators.desc_op
+        ordering.append((expr.element if isinstance(expr, UnaryExpression) else expr, desc))
+    return ShardPlan(
+        table,
+        get_shard_column(table, first.key),
+        str(index.name),
+        tuple(ordering),
+        tuple(table.primary_key.columns),
+    )
+
+
+def _plan_for_key(table: Table) -> ShardPlan:
+    from .keys import is_descending
+
+    pk = list(table.primary_key.columns)
+    if not pk or not is_shard_column(pk[0]):
+        raise ShardConfigError(
+            f"the primary key of {table.name!r} is not led by a shard column; pass index= "
+            "naming a sharded index"
+        )
+    ordering = tuple((c, is_descending(c)) for c in pk[1:])
+    return ShardPlan(table, get_shard_column(table, pk[0].key), None, ordering, tuple(pk))
+
+
+def plan_for(entity: Any, index: str | None = None) -> ShardPlan:
+    table = table_of(entity)
+    if index is None:
+        return _plan_for_key(table)
+    check_identifier(index)
+    for ix in table.indexes:
+        if ix.name == index:
+            return _plan_for_index(table, ix)
+    raise ShardConfigError(
+        f"{table.name!r} has no index named {index!r} "
+        f"(indexes: {', '.join(sorted(str(i.name) for i in table.indexes)) or 'none'})"
+    )
+
+
+def sharded_select(entity: Any, *, index: str | None = None) -> Select[Any]:
+    """``select(entity)`` that fans out over the shards of ``index`` (or of the key)."""
+    plan = plan_for(entity, index)
+    if isinstance(entity, Table):
+        stmt = select(entity)
+    else:
+        insp = inspect(entity, raiseerr=False)
+        stmt = select(entity if insp is not None else plan.table)
+    return stmt.execution_options(**{OPTION: plan})
+
+
+def plan_of(stmt: Any) -> ShardPlan | None:
+    opts = getattr(stmt, "_execution_options", None)
+    return opts.get(OPTION) if opts else None
+
+
+def point_shard(plan: ShardPlan, stmt: Any, params: dict[str, Any] | None = None) -> int | None:
+    """The single shard a WHERE clause pins, or None when it spans several."""
+    from .execution import _MISSING, literal_value, where_equalities
+
+    eqs = {c._deannotate(): v for c, v in where_equalities(stmt.whereclause).items()}
+    values = []
+    for src in plan.shard.sources:
+        if src not in eqs:
+            return None
+        v = literal_value(eqs[src], params or {})
+        if v is _MISSING or v is None:
+            return None
+        values.append(v)
+    return plan.shard.compute(values)
+
+
+def expand(stmt: Any, dialect: Any = None, params: dict[str, Any] | None = None) -> Any:
+    """The statement as it runs: shard predicate added, FORCE_INDEX hint on Spanner."""
+    plan = plan_of(stmt)
+    if plan is None:
+        return stmt
+    col = plan.shard.column
+    k = point_shard(plan, stmt, params)
+    cond = col == k if k is not None else col.between(0, plan.shard.count - 1)
+    new = stmt.where(cond).execution_options(**{OPTION: None})
+    if plan.index_name is not None and dialect is not None and is_spanner(dialect):
+        new = new.with_hint(plan.table, f"@{{FORCE_INDEX={plan.index_name}}}", "spanner")
+    return new
+
+
+def check_positive_int(value: object, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ShardTypeError(f"{what} must be a positive int, got {value!r}")
+    if value <= 0:
+        raise ShardConfigError(f"{what} must be at least 1, got {value}")
+    return value
