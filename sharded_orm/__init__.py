@@ -23,15 +23,14 @@ from .hashing import canonical_string, canonical_text, compute_shard
 from .indexes import ShardedIndex
 from .interleave import interleave_in
 from .keys import OrderedPrimaryKey, key_column, primary_key
-from .mixins import TimestampShardedMixin
-from .types import UTCDateTime
 
 # --- key strategies (ids, sequences) ---
-
 # --- sharded queries ---
 from .merge import MergeStats, merged
+from .mixins import TimestampShardedMixin
 from .pagination import CursorError, Page, page, set_cursor_secret
 from .query import expand, sharded_select
+from .types import UTCDateTime
 
 # --- linter and simulator ---
 
