@@ -26,7 +26,17 @@ from contextlib import contextmanager
 import sqlalchemy as sa
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
-from sharded_orm import UTCDateTime, compute_shard, get_shard_column, shard_column
+from sharded_orm import (
+    MergeStats,
+    ShardedIndex,
+    UTCDateTime,
+    compute_shard,
+    get_shard_column,
+    merged,
+    page,
+    shard_column,
+    sharded_select,
+)
 
 UTC = dt.timezone.utc
 SHARDS = 10
@@ -47,7 +57,15 @@ class LogEntry(Base):
         "company_id", "ts", count=SHARDS, name="EntryShardId"
     )
 
-    __table_args__ = (sa.Index("LogEntriesByCompany", "EntryShardId", "CompanyId", "Timestamp"),)
+    __table_args__ = (
+        ShardedIndex(
+            "LogEntriesByCompany",
+            "CompanyId",
+            sa.desc("Timestamp"),
+            shard="EntryShardId",
+            storing=["LogEntry"],
+        ),
+    )
 
 
 @contextmanager
@@ -123,26 +141,36 @@ def main(argv: list[str] | None = None) -> int:
                     ).all()
                 )
             )
-            # The seeds' query: one company, a time range, all shards, newest first.
+            # The seeds' query: one company, a time range, all shards, newest first,
+            # merged across the shards in exact order while reading few rows.
             lo, hi = start + dt.timedelta(seconds=20), start + dt.timedelta(seconds=60)
-            newest = conn.execute(
-                sa.select(t.c.Timestamp, t.c.UserId, t.c.EntryShardId, t.c.LogEntry)
-                .where(
-                    t.c.CompanyId == "Acme",
-                    t.c.EntryShardId.between(0, SHARDS - 1),
-                    t.c.Timestamp > lo,
-                    t.c.Timestamp < hi,
-                )
-                .order_by(t.c.Timestamp.desc())
-                .limit(5)
-            ).all()
+            acme = (
+                sharded_select(LogEntry, index="LogEntriesByCompany")
+                .where(LogEntry.company_id == "Acme", LogEntry.ts > lo, LogEntry.ts < hi)
+                .order_by(LogEntry.ts.desc())
+            )
+            stats = MergeStats()
+            newest = merged(conn, acme, 5, stats=stats)
+            pages, cursor = 0, None
+            paged = 0
+            while True:
+                p = page(conn, acme, 25, cursor)
+                pages, paged, cursor = pages + 1, paged + len(p.rows), p.next_cursor
+                if cursor is None:
+                    break
             stored = conn.execute(sa.select(t.c.CompanyId, t.c.Timestamp, t.c.EntryShardId)).all()
 
         print("entries per company:", dict(sorted(per_company.items())))
         print("Acme's entries per EntryShardId:", dict(sorted(acme_shards.items())))
-        print("Acme's 5 newest entries between +20 s and +60 s (all shards, newest first):")
-        for ts, user, shard, entry in newest:
-            print(f"  {ts.isoformat()}  {user}  shard {shard}  {entry}")
+        print(
+            "Acme's 5 newest entries between +20 s and +60 s (all shards, newest first; "
+            f"{stats.rows_transferred} rows read in {stats.statements} statements):"
+        )
+        for row in newest:
+            print(
+                f"  {row.Timestamp.isoformat()}  {row.UserId}  shard {row.EntryShardId}  {row.LogEntry}"
+            )
+        print(f"paged through Acme's {paged} entries in that range: {pages} pages of up to 25")
         sc = get_shard_column(LogEntry, "entry_shard_id")
         wrong = [r for r in stored if r[2] != compute_shard((r[0], r[1]), sc.count)]
         print(
