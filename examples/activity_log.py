@@ -167,9 +167,8 @@ def main(argv: list[str] | None = None) -> int:
             f"{stats.rows_transferred} rows read in {stats.statements} statements):"
         )
         for row in newest:
-            print(
-                f"  {row.Timestamp.isoformat()}  {row.UserId}  shard {row.EntryShardId}  {row.LogEntry}"
-            )
+            when = row.Timestamp.isoformat()
+            print(f"  {when}  {row.UserId}  shard {row.EntryShardId}  {row.LogEntry}")
         print(f"paged through Acme's {paged} entries in that range: {pages} pages of up to 25")
         sc = get_shard_column(LogEntry, "entry_shard_id")
         wrong = [r for r in stored if r[2] != compute_shard((r[0], r[1]), sc.count)]
