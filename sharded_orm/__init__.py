@@ -19,17 +19,29 @@ from .errors import (
 )
 from .hashing import canonical_string, canonical_text, compute_shard
 
+# --- key strategies (ids, sequences) ---
+from .ids import (
+    BitReversedPrimaryKeyMixin,
+    HashedPrimaryKeyMixin,
+    UUIDPrimaryKeyMixin,
+    bit_reverse,
+    get_by_id,
+    hashed_id_of,
+    hashed_reference,
+    id_filter,
+)
+
 # --- schema constructs (indexes, descending keys, mixins) ---
 from .indexes import ShardedIndex
 from .interleave import interleave_in
 from .keys import OrderedPrimaryKey, key_column, primary_key
 
-# --- key strategies (ids, sequences) ---
 # --- sharded queries ---
 from .merge import MergeStats, merged
 from .mixins import TimestampShardedMixin
 from .pagination import CursorError, Page, page, set_cursor_secret
 from .query import expand, sharded_select
+from .sequences import SequenceExhausted, SpannerSequence, TableSequence
 from .types import UTCDateTime
 
 # --- linter and simulator ---
@@ -37,6 +49,17 @@ from .types import UTCDateTime
 # --- bulk loading ---
 
 __all__ = [
+    "BitReversedPrimaryKeyMixin",
+    "HashedPrimaryKeyMixin",
+    "SequenceExhausted",
+    "SpannerSequence",
+    "TableSequence",
+    "UUIDPrimaryKeyMixin",
+    "bit_reverse",
+    "get_by_id",
+    "hashed_id_of",
+    "hashed_reference",
+    "id_filter",
     "CursorError",
     "MergeStats",
     "Page",

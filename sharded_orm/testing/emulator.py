@@ -8,6 +8,7 @@ client is needed.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import shutil
@@ -71,19 +72,46 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+#: Seconds to wait for a started emulator to accept connections.
+START_TIMEOUT = 30.0
+
+
+def _accepts(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
 def _wait_for_port(host: str, port: int, proc: subprocess.Popen[bytes], log: Path) -> None:
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + START_TIMEOUT
     while time.monotonic() < deadline:
         if proc.poll() is not None:
+            output = log.read_text(errors="replace")[-2000:].strip() or "(no output)"
             raise EmulatorFailed(
-                f"the emulator exited with code {proc.returncode}: {log.read_text()[-2000:]}"
+                f"the emulator {proc.args[0]} exited with code {proc.returncode}: {output}"
             )
-        try:
-            with socket.create_connection((host, port), timeout=0.2):
-                return
-        except OSError:
-            time.sleep(0.05)
-    raise EmulatorFailed(f"the emulator did not listen on {host}:{port} within 30 s")
+        if _accepts(host, port):
+            return
+        time.sleep(0.05)
+    raise EmulatorFailed(
+        f"the emulator {proc.args[0]} did not listen on {host}:{port} within "
+        f"{START_TIMEOUT:g} s: {log.read_text(errors='replace')[-2000:]}"
+    )
+
+
+def check_reachable(host: str) -> None:
+    """Fail clearly when ``SPANNER_EMULATOR_HOST`` names a port nobody listens on
+    (the client would otherwise retry for minutes)."""
+    name, _, port = host.rpartition(":")
+    if not name or not port.isdigit():
+        raise EmulatorFailed(f"{HOST_ENV}={host!r} is not HOST:PORT")
+    if not _accepts(name.strip("[]"), int(port)):
+        raise EmulatorFailed(
+            f"{HOST_ENV}={host} but nothing accepts connections there: start the emulator "
+            f"or unset {HOST_ENV} to let sharded-orm start one"
+        )
 
 
 class Emulator:
@@ -95,9 +123,16 @@ class Emulator:
         self.instance_id = instance_id
         self._client: Any = None
         self._process: subprocess.Popen[bytes] | None = None
+        self._log: Path | None = None
+
+    @property
+    def pid(self) -> int | None:
+        """PID of the emulator process we started (None for one found at the host)."""
+        return self._process.pid if self._process is not None else None
 
     @property
     def client(self) -> Any:
+        """A google-cloud-spanner ``Client`` on this emulator (anonymous, no metrics)."""
         if self._client is None:
             from google.auth.credentials import AnonymousCredentials
             from google.cloud import spanner
@@ -146,27 +181,42 @@ class Emulator:
         )
 
     def engine(self, database_id: str, **kwargs: Any) -> Any:
+        """A SQLAlchemy engine on a database of this emulator.
+
+        It connects through :attr:`client`, so it reaches this emulator even where
+        ``SPANNER_EMULATOR_HOST`` is unset (e.g. inside a test that also uses the mock).
+        """
         import sqlalchemy as sa
 
-        return sa.create_engine(self.url(database_id), **kwargs)
+        connect_args = dict(kwargs.pop("connect_args", {}))
+        connect_args.setdefault("client", self.client)
+        return sa.create_engine(self.url(database_id), connect_args=connect_args, **kwargs)
 
-    def stop(self) -> None:
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop the emulator we started, by PID: terminate, then kill after ``timeout``.
+
+        A no-op for an emulator found at ``SPANNER_EMULATOR_HOST``.
+        """
         proc, self._process = self._process, None
-        if proc is None or proc.poll() is not None:
-            return
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
+        log, self._log = self._log, None
+        if proc is not None and proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=timeout)
+        if log is not None:
+            log.unlink(missing_ok=True)
 
 
 def start(binary: str | None = None) -> Emulator:
     """Start ``emulator_main`` on a free loopback port; the caller must ``stop()`` it."""
     binary = binary or find_binary()
     port = _free_port()
-    log = Path(tempfile.mkstemp(prefix="spanner-emulator-", suffix=".log")[1])
+    fd, log_name = tempfile.mkstemp(prefix="spanner-emulator-", suffix=".log")
+    os.close(fd)
+    log = Path(log_name)
     with log.open("wb") as out:
         proc = subprocess.Popen(
             [binary, "--host_port", f"127.0.0.1:{port}"],
@@ -179,9 +229,12 @@ def start(binary: str | None = None) -> Emulator:
     except BaseException:
         proc.kill()
         proc.wait()
+        log.unlink(missing_ok=True)
         raise
     emulator = Emulator(f"127.0.0.1:{port}")
-    emulator._process = proc
+    emulator._process, emulator._log = proc, log
+    # a safety net: the process we started must not outlive us if stop() is never reached
+    atexit.register(emulator.stop)
     return emulator
 
 
@@ -193,6 +246,8 @@ def local_emulator() -> Iterator[Emulator]:
     process talks to the emulator with anonymous credentials.
     """
     existing = os.environ.get(HOST_ENV)
+    if existing:
+        check_reachable(existing)
     emulator = Emulator(existing) if existing else start()
     os.environ[HOST_ENV] = emulator.host
     try:
