@@ -7,6 +7,10 @@ Spanner do, when they are used.
 
 from __future__ import annotations
 
+# --- linter and simulator ---
+# --- bulk loading ---
+from .bulk import BulkLoadError, BulkLoadReport, BulkValidationError, bulk_load
+
 # --- foundation (shard hash, shard columns) ---
 from .columns import ShardColumn, ShardSpec, get_shard_column, shard_column, shard_columns
 from .errors import (
@@ -44,11 +48,11 @@ from .query import expand, sharded_select
 from .sequences import SequenceExhausted, SpannerSequence, TableSequence
 from .types import UTCDateTime
 
-# --- linter and simulator ---
-
-# --- bulk loading ---
-
 __all__ = [
+    "BulkLoadError",
+    "BulkLoadReport",
+    "BulkValidationError",
+    "bulk_load",
     "BitReversedPrimaryKeyMixin",
     "HashedPrimaryKeyMixin",
     "SequenceExhausted",

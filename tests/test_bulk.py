@@ -1,0 +1,204 @@
+"""bulk_load: complete, partitioned, retried, resumable; bad input refused up front."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from google.api_core import exceptions as gexc
+from seed_models import LogEntry, Sharded
+
+from sharded_orm import ShardConfigError, ShardTypeError, compute_shard
+from sharded_orm.bulk import BulkLoadError, BulkValidationError, bulk_load
+
+UTC = dt.timezone.utc
+T0 = dt.datetime(2024, 1, 1, tzinfo=UTC)
+T = LogEntry.__table__
+
+
+def entries(n: int, start: int = 0) -> list[dict[str, Any]]:
+    return [
+        {
+            "company_id": f"c{i % 7}",
+            "user_id": f"u{i}",
+            "ts": T0 + dt.timedelta(seconds=i),
+            "entry": f"entry {i}",
+        }
+        for i in range(start, start + n)
+    ]
+
+
+def stored(engine: sa.Engine) -> list[tuple[Any, ...]]:
+    with engine.connect() as conn:
+        return [tuple(r) for r in conn.execute(sa.select(T).order_by(T.c.UserId))]
+
+
+def expected(rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    out = [
+        (
+            r["company_id"],
+            r["user_id"],
+            r["ts"],
+            r["entry"],
+            compute_shard((r["company_id"], r["ts"]), 10),
+        )
+        for r in rows
+    ]
+    return sorted(out, key=lambda t: t[1])
+
+
+def test_load_is_complete_row_for_row(engine: sa.Engine) -> None:
+    Sharded.metadata.create_all(engine)
+    rows = entries(3000)
+    report = bulk_load(engine, LogEntry, rows, workers=3, batch_bytes=20_000)
+    assert report.complete and report.rows_written == 3000
+    assert report.commits == report.batches > 10
+    assert stored(engine) == expected(rows)
+    # each worker owns its ranges: no range is written by two workers
+    owners: dict[int, int] = {}
+    for w, ranges in report.write_order.items():
+        for r in ranges:
+            assert owners.setdefault(r, w) == w
+    assert sorted(owners) == list(range(len(owners))) and len(owners) == 30
+
+
+@pytest.mark.emulator
+def test_100k_rows_on_the_emulator(spanner_engine: sa.Engine) -> None:
+    Sharded.metadata.create_all(spanner_engine)
+    rows = entries(100_000)
+    report = bulk_load(spanner_engine, LogEntry, rows, workers=4, batch_bytes=2_000_000)
+    assert report.complete and report.rows_written == 100_000
+    assert stored(spanner_engine) == expected(rows)
+
+
+class FlakyDatabase:
+    """A Spanner Database whose commits fail: some transiently, some for good."""
+
+    def __init__(self, real: Any, *, abort_every: int = 0, fail_after: int | None = None) -> None:
+        self.real, self.calls, self.abort_every, self.fail_after = real, 0, abort_every, fail_after
+
+    def batch(self) -> Any:
+        self.calls += 1
+        if self.fail_after is not None and self.calls > self.fail_after:
+            raise gexc.PermissionDenied("injected: permanent failure")
+        if self.abort_every and self.calls % self.abort_every == 0:
+            raise gexc.Aborted("injected: transaction aborted")
+        return self.real.batch()
+
+
+@pytest.mark.emulator
+def test_aborts_are_retried(spanner_emulator: Any) -> None:
+    db = spanner_emulator.create_database()
+    engine = spanner_emulator.engine(db)
+    Sharded.metadata.create_all(engine)
+    rows = entries(2000)
+    flaky = FlakyDatabase(spanner_emulator.database(db), abort_every=3)
+    report = bulk_load(flaky, LogEntry, rows, workers=2, batch_bytes=10_000)
+    assert report.complete and report.retries > 0
+    assert stored(engine) == expected(rows)
+    engine.dispose()
+
+
+@pytest.mark.emulator
+def test_interrupted_load_is_finished_by_a_second_run(spanner_emulator: Any) -> None:
+    db = spanner_emulator.create_database()
+    engine = spanner_emulator.engine(db)
+    Sharded.metadata.create_all(engine)
+    rows = entries(2000)
+    flaky = FlakyDatabase(spanner_emulator.database(db), fail_after=12)
+    with pytest.raises(BulkLoadError, match="Run the same load again") as info:
+        bulk_load(flaky, LogEntry, rows, workers=2, batch_bytes=10_000)
+    report = info.value.report
+    assert not report.complete and report.failed_batch is not None
+    assert 0 < len(report.committed_batches) < report.batches
+    partial = stored(engine)
+    assert 0 < len(partial) < 2000 and set(partial) <= set(expected(rows))
+    again = bulk_load(
+        engine, LogEntry, rows, workers=2, batch_bytes=10_000, mode="insert_or_update"
+    )
+    assert again.complete
+    assert stored(engine) == expected(rows)  # nothing lost, nothing doubled
+    engine.dispose()
+
+
+def test_sqlite_resume_with_insert_or_update() -> None:
+    eng = sa.create_engine("sqlite://")
+    Sharded.metadata.create_all(eng)
+    rows = entries(500)
+    bulk_load(eng, LogEntry, rows[:200])
+    with pytest.raises(BulkLoadError):  # duplicates with plain insert
+        bulk_load(eng, LogEntry, rows)
+    report = bulk_load(eng, LogEntry, rows, mode="insert_or_update")
+    assert report.complete and stored(eng) == expected(rows)
+
+
+def test_deferred_indexes_are_back_after_the_load() -> None:
+    eng = sa.create_engine("sqlite://")
+    Sharded.metadata.create_all(eng)
+    bulk_load(eng, LogEntry, entries(100), defer_indexes=True)
+    assert [ix["name"] for ix in sa.inspect(eng).get_indexes("LogEntries")] == [
+        "LogEntriesByCompany"
+    ]
+
+
+def test_progress_is_quiet_off_a_terminal(capsys: pytest.CaptureFixture[str]) -> None:
+    eng = sa.create_engine("sqlite://")
+    Sharded.metadata.create_all(eng)
+    bulk_load(eng, LogEntry, entries(50))
+    assert capsys.readouterr().err == ""
+    bulk_load(eng, LogEntry, entries(50, start=50), progress=True)
+    err = capsys.readouterr().err
+    assert "bulk_load: 50/50 rows" in err and "rows/s" in err
+
+
+@pytest.mark.parametrize(
+    ("rows", "kwargs", "error", "message"),
+    [
+        ([{"company_id": "a", "ts": T0}], {}, BulkValidationError, "row 0: key column 'UserId'"),
+        (
+            entries(3) + [{"company_id": "a", "user_id": 5, "ts": T0}],
+            {},
+            BulkValidationError,
+            "row 3: column 'UserId' takes str",
+        ),
+        (
+            [{"company_id": "a", "user_id": "u", "ts": dt.datetime(2024, 1, 1)}],
+            {},
+            BulkValidationError,
+            "naive datetime",
+        ),
+        (entries(1), {"workers": 0}, ShardConfigError, "workers must be at least 1"),
+        (entries(1), {"workers": -2}, ShardConfigError, "workers"),
+        (entries(1), {"batch_bytes": 0}, ShardConfigError, "batch_bytes"),
+        (entries(1), {"workers": 1.5}, ShardTypeError, "workers"),
+        (entries(1), {"mode": "upsert"}, ShardConfigError, "mode must be"),
+        (
+            [{"company_id": "a", "user_id": "u", "ts": T0, "entry": "x" * 5000}],
+            {"batch_bytes": 1000},
+            BulkValidationError,
+            "larger than one commit",
+        ),
+        (
+            [{"company_id": "a", "user_id": "u", "ts": T0, "nope": 1}],
+            {},
+            BulkValidationError,
+            "'nope' is not a column",
+        ),
+    ],
+)
+def test_bad_input_is_refused_before_anything_is_written(
+    rows: list[dict[str, Any]], kwargs: dict[str, Any], error: type[Exception], message: str
+) -> None:
+    eng = sa.create_engine("sqlite://")
+    Sharded.metadata.create_all(eng)
+    with pytest.raises(error, match=message):
+        bulk_load(eng, LogEntry, rows, **kwargs)
+    assert stored(eng) == []
+
+
+def test_table_without_primary_key() -> None:
+    t = sa.Table("nokey", sa.MetaData(), sa.Column("a", sa.Integer))
+    with pytest.raises(ShardConfigError, match="no primary key"):
+        bulk_load(sa.create_engine("sqlite://"), t, [{"a": 1}])
