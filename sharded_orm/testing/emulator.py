@@ -25,7 +25,12 @@ from typing import Any
 #: Environment variable naming the emulator binary. When set, it is the only place looked at.
 BINARY_ENV = "SHARDED_ORM_EMULATOR_BIN"
 HOST_ENV = "SPANNER_EMULATOR_HOST"
-SDK_LOCATIONS = ("/usr/lib/google-cloud-sdk/bin/cloud_spanner_emulator/emulator_main",)
+#: Where SDK installs put the binary, besides ``<dir of gcloud>/cloud_spanner_emulator``.
+SDK_LOCATIONS = (
+    "/usr/lib/google-cloud-sdk/bin/cloud_spanner_emulator/emulator_main",
+    "/usr/local/google-cloud-sdk/bin/cloud_spanner_emulator/emulator_main",
+    "/opt/google-cloud-sdk/bin/cloud_spanner_emulator/emulator_main",
+)
 
 
 class EmulatorNotFound(RuntimeError):
@@ -33,36 +38,49 @@ class EmulatorNotFound(RuntimeError):
 
 
 class EmulatorFailed(RuntimeError):
-    """The emulator binary was found but did not come up."""
+    """An emulator was found but cannot be used (it died, or nothing listens at the host)."""
+
+
+def _executable(path: str) -> bool:
+    return os.path.isfile(path) and os.access(path, os.X_OK)
 
 
 def find_binary() -> str:
-    """The emulator binary: ``$SHARDED_ORM_EMULATOR_BIN``, PATH, or the gcloud SDK."""
+    """The emulator binary, looked for in order at:
+
+    1. ``$SHARDED_ORM_EMULATOR_BIN``: when set, the only place looked at (so a test or a CI
+       job can pin, or disable with a path that does not exist, the lookup);
+    2. ``emulator_main`` on ``PATH``;
+    3. the gcloud SDK: ``<dir of realpath(gcloud)>/cloud_spanner_emulator/emulator_main``,
+       then :data:`SDK_LOCATIONS`.
+    """
     explicit = os.environ.get(BINARY_ENV)
     if explicit:
-        if os.access(explicit, os.X_OK) and Path(explicit).is_file():
+        if _executable(explicit):
             return explicit
-        raise EmulatorNotFound(f"{BINARY_ENV}={explicit} is not an executable file")
-    looked = []
+        raise EmulatorNotFound(
+            f"no Cloud Spanner emulator: {BINARY_ENV}={explicit} is not an executable file "
+            f"(when set, it is the only place looked at; unset it to search PATH and the "
+            f"gcloud SDK, or set {HOST_ENV} to a running emulator)"
+        )
     on_path = shutil.which("emulator_main")
     if on_path:
         return on_path
-    looked.append("emulator_main on PATH")
-    candidates = []
+    candidates: list[str] = []
     gcloud = shutil.which("gcloud")
     if gcloud:
         sdk_bin = Path(os.path.realpath(gcloud)).parent
         candidates.append(str(sdk_bin / "cloud_spanner_emulator" / "emulator_main"))
-    candidates.extend(SDK_LOCATIONS)
+    candidates.extend(c for c in SDK_LOCATIONS if c not in candidates)
     for c in candidates:
-        if os.access(c, os.X_OK):
+        if _executable(c):
             return c
-        looked.append(c)
     raise EmulatorNotFound(
-        "no Cloud Spanner emulator: looked for "
-        + ", ".join(looked)
-        + f". Install the gcloud component 'cloud-spanner-emulator', set {BINARY_ENV} to the "
-        f"emulator_main binary, or set {HOST_ENV} to a running emulator."
+        "no Cloud Spanner emulator: looked for emulator_main on PATH and at "
+        + ", ".join(candidates)
+        + ". Install the gcloud component 'cloud-spanner-emulator' (Debian package "
+        f"google-cloud-cli-spanner-emulator), set {BINARY_ENV} to the emulator_main binary, "
+        f"or set {HOST_ENV} to a running emulator."
     )
 
 
@@ -84,19 +102,21 @@ def _accepts(host: str, port: int) -> bool:
         return False
 
 
-def _wait_for_port(host: str, port: int, proc: subprocess.Popen[bytes], log: Path) -> None:
+def _wait_for_port(
+    binary: str, host: str, port: int, proc: subprocess.Popen[bytes], log: Path
+) -> None:
     deadline = time.monotonic() + START_TIMEOUT
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             output = log.read_text(errors="replace")[-2000:].strip() or "(no output)"
             raise EmulatorFailed(
-                f"the emulator {proc.args[0]} exited with code {proc.returncode}: {output}"
+                f"the emulator {binary} exited with code {proc.returncode}: {output}"
             )
         if _accepts(host, port):
             return
         time.sleep(0.05)
     raise EmulatorFailed(
-        f"the emulator {proc.args[0]} did not listen on {host}:{port} within "
+        f"the emulator {binary} did not listen on {host}:{port} within "
         f"{START_TIMEOUT:g} s: {log.read_text(errors='replace')[-2000:]}"
     )
 
@@ -208,11 +228,10 @@ class Emulator:
                 proc.wait(timeout=timeout)
         if log is not None:
             log.unlink(missing_ok=True)
+        atexit.unregister(self.stop)
 
 
-def start(binary: str | None = None) -> Emulator:
-    """Start ``emulator_main`` on a free loopback port; the caller must ``stop()`` it."""
-    binary = binary or find_binary()
+def _launch(binary: str) -> Emulator:
     port = _free_port()
     fd, log_name = tempfile.mkstemp(prefix="spanner-emulator-", suffix=".log")
     os.close(fd)
@@ -220,12 +239,13 @@ def start(binary: str | None = None) -> Emulator:
     with log.open("wb") as out:
         proc = subprocess.Popen(
             [binary, "--host_port", f"127.0.0.1:{port}"],
+            stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=subprocess.STDOUT,
-            start_new_session=True,
+            start_new_session=True,  # Ctrl-C reaches pytest, which then stops it by PID
         )
     try:
-        _wait_for_port("127.0.0.1", port, proc, log)
+        _wait_for_port(binary, "127.0.0.1", port, proc, log)
     except BaseException:
         proc.kill()
         proc.wait()
@@ -236,6 +256,22 @@ def start(binary: str | None = None) -> Emulator:
     # a safety net: the process we started must not outlive us if stop() is never reached
     atexit.register(emulator.stop)
     return emulator
+
+
+def start(binary: str | None = None, attempts: int = 3) -> Emulator:
+    """Start ``emulator_main`` on a free loopback port; the caller must ``stop()`` it.
+
+    A start is retried (``attempts`` in all) when the process dies at once: the free port
+    may have been taken between choosing it and the emulator binding it.
+    """
+    binary = binary or find_binary()
+    for attempt in range(1, attempts + 1):
+        try:
+            return _launch(binary)
+        except EmulatorFailed:
+            if attempt == attempts:
+                raise
+    raise AssertionError("unreachable")
 
 
 @contextmanager

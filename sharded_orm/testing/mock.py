@@ -15,7 +15,6 @@ from collections.abc import Sequence
 from typing import Any
 
 
-
 def _as_sent(sql: str) -> str:
     """SQL as the Spanner DB-API sends it, from SQLAlchemy's compiled text: lines trimmed,
     ``%s`` placeholders numbered ``@a0, @a1, ...``."""
@@ -132,13 +131,13 @@ class MockSpanner:
             spanner_type.StructType.Field(
                 name=name, type_=spanner_type.Type(code=getattr(spanner_type.TypeCode, code))
             )
-            for (name, _), code in zip(columns, codes)
+            for (name, _), code in zip(columns, codes, strict=True)
         ]
         metadata = result_set.ResultSetMetadata(row_type=spanner_type.StructType(fields=fields))
         for row in rows:
             if len(row) != len(codes):
                 raise ValueError(f"row {row!r} has {len(row)} values for {len(codes)} columns")
-        values = [[_value(v, code) for v, code in zip(row, codes)] for row in rows]
+        values = [[_value(v, code) for v, code in zip(row, codes, strict=True)] for row in rows]
         self.spanner_svc.mock_spanner.add_result(
             _as_sent(sql), result_set.ResultSet(metadata=metadata, rows=values)
         )

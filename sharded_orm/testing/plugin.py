@@ -42,58 +42,91 @@ def pytest_configure(config: pytest.Config) -> None:
     )
 
 
-def emulator_required(config: pytest.Config) -> bool:
-    ci = os.environ.get("CI", "").strip().lower() in {"1", "true", "yes", "on"}
-    return ci or bool(config.getoption("--require-emulator", default=False))
+_CI_TRUE = {"1", "true", "yes", "on"}
+_EMULATOR_TESTS = pytest.StashKey[set[str]]()
+_EMULATOR_USED = pytest.StashKey[str]()
 
 
+def emulator_required(config: pytest.Config) -> str | None:
+    """Why a missing emulator is a failure here (``None``: it is a skip)."""
+    if config.getoption("--require-emulator", default=False):
+        return "--require-emulator was given"
+    ci = os.environ.get("CI", "")
+    if ci.strip().lower() in _CI_TRUE:
+        return f"CI={ci} is set"
+    return None
+
+
+@pytest.hookimpl(tryfirst=True)  # before ``-m`` deselects, so ``-m "not emulator"`` works
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    emulator_tests = config.stash.setdefault(_EMULATOR_TESTS, set())
     for item in items:
         if EMULATOR_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.emulator)
+        if item.get_closest_marker("emulator") is not None:
+            emulator_tests.add(item.nodeid)
 
 
-def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
-    """Say how many tests really ran on the emulator (a skipped suite must be visible)."""
-    passed = sum("emulator" in r.keywords for r in terminalreporter.stats.get("passed", []))
-    skipped = sum("emulator" in r.keywords for r in terminalreporter.stats.get("skipped", []))
-    if passed or skipped:
-        terminalreporter.write_line(
-            f"sharded-orm: {passed} emulator tests passed, {skipped} skipped"
-        )
+def pytest_terminal_summary(
+    terminalreporter: pytest.TerminalReporter, exitstatus: int, config: pytest.Config
+) -> None:
+    """Say how many tests really ran on the emulator: a skipped suite must be visible."""
+    emulator_tests = config.stash.get(_EMULATOR_TESTS, set())
+    counts = {}
+    for category, label in (
+        ("passed", "passed"),
+        ("failed", "failed"),
+        ("error", "errors"),
+        ("skipped", "skipped"),
+    ):
+        reports = terminalreporter.stats.get(category, [])
+        nodeids = {getattr(r, "nodeid", None) for r in reports}
+        counts[label] = len(nodeids & emulator_tests)
+    if not any(counts.values()):
+        return
+    line = "sharded-orm: emulator tests: " + ", ".join(f"{n} {c}" for c, n in counts.items())
+    used = config.stash.get(_EMULATOR_USED, None)
+    if used:
+        line += f" ({used})"
+    terminalreporter.write_line(line)
 
 
 @pytest.fixture(scope="session")
 def spanner_emulator(request: pytest.FixtureRequest) -> Iterator[Any]:
-    """A running Cloud Spanner emulator with an instance, for the whole session."""
-    from .emulator import EmulatorNotFound, local_emulator
+    """A running Cloud Spanner emulator with an instance, for the whole session.
 
-    try:
-        ctx = local_emulator()
-        emulator = ctx.__enter__()
-    except EmulatorNotFound as exc:
-        if emulator_required(request.config):
-            pytest.fail(
-                f"the Spanner emulator is required here (CI or --require-emulator): {exc}",
-                pytrace=False,
-            )
-        pytest.skip(str(exc))
-    try:
+    ``SPANNER_EMULATOR_HOST`` points at it while the session runs (restored afterwards).
+    """
+    from .emulator import EmulatorFailed, EmulatorNotFound, local_emulator
+
+    with contextlib.ExitStack() as stack:
+        try:
+            emulator = stack.enter_context(local_emulator())
+        except EmulatorNotFound as exc:
+            why = emulator_required(request.config)
+            if why:
+                pytest.fail(f"the Spanner emulator is required here ({why}): {exc}", pytrace=False)
+            pytest.skip(str(exc))
+        except EmulatorFailed as exc:
+            pytest.fail(f"the Spanner emulator could not be used: {exc}", pytrace=False)
+        request.config.stash[_EMULATOR_USED] = (
+            f"emulator_main pid {emulator.pid} at {emulator.host}"
+            if emulator.pid is not None
+            else f"emulator at SPANNER_EMULATOR_HOST={emulator.host}"
+        )
         yield emulator
-    finally:
-        ctx.__exit__(None, None, None)
 
 
 @pytest.fixture
 def spanner_engine(spanner_emulator: Any) -> Iterator[Any]:
-    """A SQLAlchemy engine on a fresh, empty database of the emulator."""
+    """A SQLAlchemy engine on a fresh, empty database of the emulator (dropped afterwards)."""
     database_id = spanner_emulator.create_database()
     engine = spanner_emulator.engine(database_id)
     try:
         yield engine
     finally:
         engine.dispose()
-        # the emulator going away at session end is not a test failure
+        # dropping is only housekeeping: a failure to drop is not the test's failure
         with contextlib.suppress(Exception):
             spanner_emulator.drop_database(database_id)
 
@@ -102,12 +135,15 @@ def spanner_engine(spanner_emulator: Any) -> Iterator[Any]:
 def mock_spanner(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     """The in-process mock Spanner server (request assertions; executes nothing).
 
-    ``SPANNER_EMULATOR_HOST`` is hidden while it runs: the client prefers it to the
-    mock server's endpoint.
+    While it runs, ``SPANNER_EMULATOR_HOST`` is hidden (the client would prefer it to the
+    mock's endpoint) and ``SPANNER_DISABLE_BUILTIN_METRICS=true`` (else an engine built
+    from ``mock_spanner.url`` starts a metrics exporter that holds the process ~30 s at
+    exit).
     """
     from .mock import MockSpanner
 
     monkeypatch.delenv("SPANNER_EMULATOR_HOST", raising=False)
+    monkeypatch.setenv("SPANNER_DISABLE_BUILTIN_METRICS", "true")
     mock = MockSpanner()
     try:
         yield mock
