@@ -1,0 +1,376 @@
+"""Pooled sequences: thread- and process-safe, retried on ABORTED, never a duplicate."""
+
+from __future__ import annotations
+
+import multiprocessing
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from sharded_orm import (
+    SequenceExhausted,
+    ShardConfigError,
+    ShardTypeError,
+    SpannerSequence,
+    TableSequence,
+    UnsupportedOnDialectError,
+    bit_reverse,
+)
+from sharded_orm.ids import INT64_MAX
+from sharded_orm.sequences import is_retryable, with_retries
+
+SEQ_SQL = "SELECT GET_NEXT_SEQUENCE_VALUE(SEQUENCE s) FROM UNNEST(GENERATE_ARRAY(1, @a0))"
+
+
+def draw_concurrently(gens: list[Any], threads: int, per_thread: int) -> list[int]:
+    """``threads`` threads, thread i drawing ``per_thread`` ids from ``gens[i % len]``."""
+    out: list[list[int]] = [[] for _ in range(threads)]
+    errors: list[BaseException] = []
+    start = threading.Barrier(threads)
+
+    def work(i: int) -> None:
+        gen = gens[i % len(gens)]
+        start.wait()
+        try:
+            out[i].extend(gen.next_id() for _ in range(per_thread))
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    ts = [threading.Thread(target=work, args=(i,)) for i in range(threads)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert not errors, errors
+    return [v for chunk in out for v in chunk]
+
+
+@pytest.fixture
+def sqlite_file(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'seq.db'}"
+
+
+# ----------------------------------------------------------------------------- bad input
+
+
+@pytest.mark.parametrize(
+    ("size", "error"),
+    [(0, ShardConfigError), (-5, ShardConfigError), (2.5, ShardTypeError), (True, ShardTypeError)]
+    + [("10", ShardTypeError), (None, ShardTypeError)],
+)
+def test_bad_block_sizes(size: Any, error: type[Exception]) -> None:
+    with pytest.raises(error, match="block_size"):
+        TableSequence(sa.create_engine("sqlite://"), "s", block_size=size)
+    with pytest.raises(error, match="block_size"):
+        SpannerSequence(sa.create_engine("sqlite://"), "s", block_size=size)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"skip_range": (100, 10)}, ShardConfigError, "minimum 100 is above its maximum 10"),
+        ({"skip_range": (0, 10)}, ShardConfigError, "between 1 and 2"),
+        ({"skip_range": (1, 2**63)}, ShardConfigError, "between 1 and 2"),
+        ({"skip_range": (1.0, 10)}, ShardTypeError, "must be an int"),
+        ({"skip_range": [1, 10]}, ShardTypeError, r"\(min, max\) tuple"),
+        ({"start_counter": 0}, ShardConfigError, "start_counter"),
+        ({"start_counter": "1"}, ShardTypeError, "start_counter"),
+    ],
+)
+def test_bad_sequence_options(kwargs: Any, error: type[Exception], match: str) -> None:
+    with pytest.raises(error, match=match):
+        SpannerSequence.create_ddl("s", **kwargs)
+
+
+def test_create_ddl() -> None:
+    assert SpannerSequence.create_ddl("ids", skip_range=(1, 1000), start_counter=7) == (
+        "CREATE SEQUENCE ids OPTIONS (sequence_kind = 'bit_reversed_positive', "
+        "skip_range_min = 1, skip_range_max = 1000, start_with_counter = 7)"
+    )
+    with pytest.raises(ShardConfigError, match="plain identifier"):
+        SpannerSequence.create_ddl("ids; DROP TABLE x")
+
+
+def test_spanner_sequence_needs_spanner() -> None:
+    with pytest.raises(UnsupportedOnDialectError, match="use TableSequence"):
+        SpannerSequence(sa.create_engine("sqlite://"), "s")
+
+
+def test_bad_table_sequence_arguments() -> None:
+    eng = sa.create_engine("sqlite://")
+    with pytest.raises(ShardTypeError, match="sequence name"):
+        TableSequence(eng, "")
+    with pytest.raises(ShardTypeError, match="bit_reversed"):
+        TableSequence(eng, "s", bit_reversed=1)  # type: ignore[arg-type]
+    with pytest.raises(ShardConfigError, match="plain identifier"):
+        TableSequence(eng, "s", table_name="Seq uences")
+
+
+# ----------------------------------------------------------------------------- TableSequence
+
+
+def test_table_sequence_hands_out_blocks() -> None:
+    eng = sa.create_engine("sqlite://")
+    seq = TableSequence(eng, "orders", block_size=4)
+    seq.create_table()
+    assert [seq.next_id() for _ in range(10)] == list(range(1, 11))
+    assert seq.reservations == 3
+    with eng.connect() as conn:
+        stored = conn.execute(sa.select(seq.table)).all()
+    assert stored == [("orders", 13)]  # 11 and 12 are in this pool; 13 is the next block's
+    rev = TableSequence(eng, "other", block_size=3, bit_reversed=True)
+    assert [rev() for _ in range(4)] == [bit_reverse(v) for v in (1, 2, 3, 4)]
+
+
+def test_a_lost_pool_is_a_gap_not_a_duplicate() -> None:
+    eng = sa.create_engine("sqlite://")
+    first = TableSequence(eng, "s", block_size=10)
+    first.create_table()
+    assert first.next_id() == 1  # 2..10 die with this pool
+    second = TableSequence(eng, "s", block_size=10)
+    assert [second.next_id() for _ in range(3)] == [11, 12, 13]
+    assert first.next_id() == 2  # the first pool still owns its block
+
+
+def test_table_sequence_threads_and_engines_on_sqlite(sqlite_file: str) -> None:
+    e1, e2 = sa.create_engine(sqlite_file), sa.create_engine(sqlite_file)
+    s1 = TableSequence(e1, "orders", block_size=50)
+    s1.create_table()
+    s2 = TableSequence(e2, "orders", block_size=50)
+    values = draw_concurrently([s1, s2], 8, 500)
+    assert len(values) == len(set(values)) == 4000
+    assert s1.reservations + s2.reservations == 80  # 4,000 / 50: no block lost or shared
+
+
+def test_a_lost_race_is_retried(sqlite_file: str) -> None:
+    """Another client reserves between our read and our write: our conditional UPDATE
+    changes nothing, the attempt is retried, and the blocks stay disjoint."""
+    e1, e2 = sa.create_engine(sqlite_file), sa.create_engine(sqlite_file)
+    ours = TableSequence(e1, "s", block_size=5)
+    ours.create_table()
+    theirs = TableSequence(e2, "s", block_size=5)
+    assert theirs.next_id() == 1  # the row exists: Next_Value = 6
+    interfered: list[int] = []
+
+    @sa.event.listens_for(e1, "before_cursor_execute")
+    def race(conn: Any, cursor: Any, statement: str, *rest: Any) -> None:
+        if statement.startswith("UPDATE") and not interfered:
+            theirs._pool.clear()
+            interfered.append(theirs.next_id())  # reserves 6..10 on the other engine
+
+    assert [ours.next_id() for _ in range(5)] == [11, 12, 13, 14, 15]
+    assert interfered == [6]
+    assert ours.retries == 1 and ours.reservations == 1
+
+
+def _draw_in_process(url: str, n: int, out: Any) -> None:
+    seq = TableSequence(sa.create_engine(url), "shared", block_size=7)
+    out.put([seq.next_id() for _ in range(n)])
+
+
+def test_process_safe_on_sqlite(sqlite_file: str) -> None:
+    TableSequence(sa.create_engine(sqlite_file), "shared").create_table()
+    ctx = multiprocessing.get_context("spawn")
+    queue = ctx.Queue()
+    procs = [ctx.Process(target=_draw_in_process, args=(sqlite_file, 300, queue)) for _ in range(3)]
+    for p in procs:
+        p.start()
+    here = TableSequence(sa.create_engine(sqlite_file), "shared", block_size=7)
+    values = [here.next_id() for _ in range(300)]
+    for _ in procs:
+        values += queue.get(timeout=60)
+    for p in procs:
+        p.join(timeout=60)
+        assert p.exitcode == 0
+    assert len(values) == len(set(values)) == 1200
+
+
+def test_table_sequence_exhaustion_at_int64_max() -> None:
+    eng = sa.create_engine("sqlite://")
+    seq = TableSequence(eng, "x", block_size=10)
+    seq.create_table()
+    with eng.begin() as conn:
+        conn.execute(seq.table.insert(), {"Sequence_ID": "x", "Next_Value": INT64_MAX - 3})
+    # the last, short block: Next_Value must stay an INT64, so 2**63 - 1 is never handed out
+    assert [seq.next_id() for _ in range(3)] == [INT64_MAX - 3, INT64_MAX - 2, INT64_MAX - 1]
+    for _ in range(2):
+        with pytest.raises(SequenceExhausted, match="exhausted.*Start a new sequence"):
+            seq.next_id()
+    assert seq.retries == 0  # not contention: not retried
+    with eng.connect() as conn:
+        assert conn.execute(sa.select(seq.table.c.Next_Value)).scalar() == INT64_MAX
+
+
+# ----------------------------------------------------------------------------- retry policy
+
+
+def test_retry_policy() -> None:
+    calls: list[int] = []
+
+    def flaky() -> str:
+        calls.append(1)
+        if len(calls) < 3:
+            raise RuntimeError("409 Transaction was aborted.")
+        return "ok"
+
+    assert with_retries(flaky, base_delay=0) == "ok" and len(calls) == 3
+    assert is_retryable(RuntimeError("Transaction not found"))
+    assert not is_retryable(ValueError("syntax error"))
+    assert not is_retryable(SequenceExhausted("x"))
+
+    def always() -> None:
+        calls.append(1)
+        raise RuntimeError("aborted")
+
+    calls.clear()
+    with pytest.raises(RuntimeError):
+        with_retries(always, attempts=4, base_delay=0)
+    assert len(calls) == 4  # bounded
+
+
+# ----------------------------------------------------------------------------- Spanner
+
+
+def blocks_on_mock(mock: Any, monkeypatch: pytest.MonkeyPatch, blocks: list[list[int]]) -> None:
+    """The sequence query answers each call with the next block (as Spanner would)."""
+    results = []
+    for block in blocks:
+        mock.add_result(SEQ_SQL, [("v", "INT64")], [[v] for v in block])
+        results.append(mock.spanner_svc.mock_spanner.results[SEQ_SQL.lower()])
+    served = iter(results)
+    monkeypatch.setattr(mock.spanner_svc.mock_spanner, "get_result", lambda sql: next(served))
+
+
+def requests_named(mock: Any, name: str) -> list[Any]:
+    return [r for r in mock.requests if type(r).__name__ == name]
+
+
+def test_one_query_per_block_on_the_mock(mock_spanner: Any) -> None:
+    engine = mock_spanner.engine()
+    mock_spanner.add_result(SEQ_SQL, [("v", "INT64")], [[v] for v in (5, 6, 7)])
+    seq = SpannerSequence(engine, "s", block_size=3)
+    assert [seq.next_id() for _ in range(9)] == [5, 6, 7] * 3  # the mock repeats itself
+    queries = requests_named(mock_spanner, "ExecuteSqlRequest")
+    assert len(queries) == 3
+    assert {q.sql for q in queries} == {SEQ_SQL}
+    assert all(int(q.params["a0"]) == 3 for q in queries)
+    assert all(q.transaction.begin.read_write is not None for q in queries)
+    assert mock_spanner.count("CommitRequest") == 3
+    engine.dispose()
+
+
+def test_aborted_commit_is_replayed_and_succeeds(mock_spanner: Any) -> None:
+    """ABORTED at commit: the DB-API replays the query; same values, so it commits."""
+    engine = mock_spanner.engine()
+    seq = SpannerSequence(engine, "s", block_size=3)
+    mock_spanner.add_result(SEQ_SQL, [("v", "INT64")], [[11], [22], [33]])
+    mock_spanner.add_error("Commit", "ABORTED", "aborted by the test")
+    assert [seq.next_id() for _ in range(3)] == [11, 22, 33]
+    assert mock_spanner.count("CommitRequest") == 2  # the aborted commit, then the retry
+    assert len(requests_named(mock_spanner, "ExecuteSqlRequest")) == 2
+    assert seq.reservations == 1
+    engine.dispose()
+
+
+def test_aborted_reservation_is_retried_with_fresh_values(
+    mock_spanner: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ABORTED at commit, and the replay sees other values (the sequence moved on): the
+    DB-API gives up, our retry reserves again, and only the committed block is handed out."""
+    engine = mock_spanner.engine()
+    blocks_on_mock(mock_spanner, monkeypatch, [[1, 2], [3, 4], [5, 6]])
+    mock_spanner.add_error("Commit", "ABORTED", "aborted by the test")
+    seq = SpannerSequence(engine, "s", block_size=2)
+    assert [seq.next_id() for _ in range(2)] == [5, 6]
+    assert (seq.reservations, seq.retries) == (1, 1)
+    assert len(requests_named(mock_spanner, "ExecuteSqlRequest")) == 3
+    assert mock_spanner.count("CommitRequest") == 2  # aborted, then ours
+    engine.dispose()
+
+
+def test_aborted_query_is_retried(mock_spanner: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    engine = mock_spanner.engine()
+    blocks_on_mock(mock_spanner, monkeypatch, [[7, 8], [9, 10]])
+    mock_spanner.add_error("ExecuteStreamingSql", "ABORTED", "aborted by the test", times=3)
+    seq = SpannerSequence(engine, "s", block_size=2)
+    got = [seq.next_id() for _ in range(2)]
+    assert got in ([7, 8], [9, 10])  # whichever attempt committed
+    assert mock_spanner.count("CommitRequest") == 1
+    engine.dispose()
+
+
+@pytest.mark.emulator
+def test_native_sequence_never_duplicates_on_the_emulator(spanner_emulator: Any) -> None:
+    db = spanner_emulator.create_database([SpannerSequence.create_ddl("ids")])
+    e1, e2 = spanner_emulator.engine(db), spanner_emulator.engine(db)
+    try:
+        native = SpannerSequence(e1, "ids", block_size=100)
+        values = draw_concurrently([native], 8, 5000)
+        assert len(values) == len(set(values)) == 40_000
+        assert native.reservations == 400  # one query per block of 100
+        # Spanner's counter is 1, 2, 3...: the values are exactly its bit reversals
+        assert {bit_reverse(v) for v in values} == set(range(1, 40_001))
+        other = SpannerSequence(e2, "ids", block_size=100)
+        both = draw_concurrently([native, other], 8, 1000)
+        assert len(both) == len(set(both)) == 8000
+        assert not set(both) & set(values)
+    finally:
+        e1.dispose()
+        e2.dispose()
+
+
+@pytest.mark.emulator
+def test_table_sequence_never_duplicates_on_the_emulator(spanner_emulator: Any) -> None:
+    db = spanner_emulator.create_database()
+    e1, e2 = spanner_emulator.engine(db), spanner_emulator.engine(db)
+    try:
+        table1 = TableSequence(e1, "orders", block_size=100)
+        table1.create_table()
+        values = draw_concurrently([table1], 8, 5000)
+        assert len(values) == len(set(values)) == 40_000
+        table2 = TableSequence(e2, "orders", block_size=100, bit_reversed=True)
+        both = draw_concurrently([table1, table2], 8, 1000)  # concurrent writers: retried
+        plain = [v for i, v in enumerate(both) if (i // 1000) % 2 == 0]
+        rev = [bit_reverse(v) for i, v in enumerate(both) if (i // 1000) % 2 == 1]
+        everything = values + plain + rev
+        assert len(everything) == len(set(everything)) == 48_000
+    finally:
+        e1.dispose()
+        e2.dispose()
+
+
+@pytest.mark.emulator
+def test_skip_range_is_honoured_exactly(spanner_emulator: Any) -> None:
+    """Both ends are skipped: counter 1 -> 2**62 and 2 -> 2**61 are the bounds themselves."""
+    lo, hi = 2**61, 2**62
+    db = spanner_emulator.create_database([SpannerSequence.create_ddl("s", skip_range=(lo, hi))])
+    engine = spanner_emulator.engine(db)
+    try:
+        seq = SpannerSequence(engine, "s", block_size=50)
+        got = [seq.next_id() for _ in range(200)]
+    finally:
+        engine.dispose()
+    assert not [v for v in got if lo <= v <= hi]
+    # exactly the skipped ones are missing: the first counters whose reversal is outside
+    outside = [bit_reverse(c) for c in range(1, 1000) if not lo <= bit_reverse(c) <= hi]
+    assert set(got) == set(outside[:200])
+
+
+@pytest.mark.emulator
+def test_native_sequence_exhaustion(spanner_emulator: Any) -> None:
+    db = spanner_emulator.create_database(
+        [SpannerSequence.create_ddl("s", start_counter=INT64_MAX - 2)]
+    )
+    engine = spanner_emulator.engine(db)
+    try:
+        seq = SpannerSequence(engine, "s", block_size=1)
+        last = [seq.next_id() for _ in range(2)]
+        assert sorted(bit_reverse(v) for v in last) == [INT64_MAX - 2, INT64_MAX - 1]
+        with pytest.raises(SequenceExhausted, match="'s' is exhausted"):
+            seq.next_id()
+        assert seq.retries == 0
+    finally:
+        engine.dispose()
