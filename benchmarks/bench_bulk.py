@@ -1,0 +1,140 @@
+"""bulk_load against session.add_all + commit (issue 8's benchmark; not a test).
+
+1. Wall time: ROWS LogEntries into the Spanner emulator, each way, verified complete.
+2. Round trips: the same load against the in-process mock server, counting requests by
+   type (the mock executes nothing, so this counts exactly what each path sends).
+3. Write order: the key ranges each worker touched, in order.
+
+    python benchmarks/bench_bulk.py [--rows 100000] [--orm-batch 1000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import datetime as dt
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("SPANNER_DISABLE_BUILTIN_METRICS", "true")
+sys.path.insert(0, str(Path(__file__).parent.parent / "tests"))
+
+import sqlalchemy as sa  # noqa: E402
+from seed_models import LogEntry, Sharded  # noqa: E402
+from sqlalchemy.orm import Session  # noqa: E402
+
+from sharded_orm import bulk_load  # noqa: E402
+from sharded_orm.testing.emulator import local_emulator  # noqa: E402
+from sharded_orm.testing.mock import MockSpanner  # noqa: E402
+
+UTC = dt.timezone.utc
+T0 = dt.datetime(2024, 1, 1, tzinfo=UTC)
+
+
+def entries(n: int) -> list[dict[str, Any]]:
+    return [
+        {
+            "company_id": f"c{i % 7}",
+            "user_id": f"u{i:07d}",
+            "ts": T0 + dt.timedelta(seconds=i),
+            "entry": f"entry {i}",
+        }
+        for i in range(n)
+    ]
+
+
+def orm_load(engine: sa.Engine, rows: list[dict[str, Any]], batch: int) -> None:
+    for start in range(0, len(rows), batch):
+        with Session(engine) as s:
+            s.add_all(LogEntry(**r) for r in rows[start : start + batch])
+            s.commit()
+
+
+def count(engine: sa.Engine) -> int:
+    with engine.connect() as conn:
+        return int(
+            conn.execute(sa.select(sa.func.count()).select_from(LogEntry.__table__)).scalar()
+        )
+
+
+def requests_by_type(mock: MockSpanner) -> dict[str, int]:
+    return dict(collections.Counter(type(r).__name__ for r in mock.requests))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", type=int, default=100_000)
+    ap.add_argument("--orm-batch", type=int, default=200)
+    ap.add_argument(
+        "--orm-rows", type=int, default=10_000, help="rows for the ORM's emulator timing"
+    )
+    args = ap.parse_args()
+    rows = entries(args.rows)
+    print(f"{args.rows} LogEntries; ORM commits every {args.orm_batch} rows")
+    orm_rows = rows[: args.orm_rows]
+
+    with local_emulator() as emulator:
+        e1 = emulator.engine(emulator.create_database())
+        e2 = emulator.engine(emulator.create_database())
+        Sharded.metadata.create_all(e1)
+        Sharded.metadata.create_all(e2)
+        t = time.perf_counter()
+        report = bulk_load(e1, LogEntry, rows, workers=4, batch_bytes=2_000_000)
+        bulk_s = time.perf_counter() - t
+        assert count(e1) == args.rows
+        t = time.perf_counter()
+        orm_load(e2, orm_rows, args.orm_batch)
+        orm_s = time.perf_counter() - t
+        assert count(e2) == len(orm_rows)
+    print("\nwall time on the emulator (row counts verified)")
+    print(
+        f"  bulk_load, {args.rows} rows:       {bulk_s:7.1f} s  "
+        f"({args.rows / bulk_s:,.0f} rows/s; {report.commits} commits, {report.retries} retries)"
+    )
+    print(
+        f"  session.add_all, {len(orm_rows)} rows: {orm_s:7.1f} s  "
+        f"({len(orm_rows) / orm_s:,.0f} rows/s)"
+    )
+
+    mock = MockSpanner()
+    engine = mock.engine()
+    bulk_load(_mock_database(engine), LogEntry, rows, workers=4, batch_bytes=2_000_000)
+    bulk_requests = requests_by_type(mock)
+    mock.clear()
+    insert_sql = _orm_insert_sql(engine)
+    mock.add_update_count(insert_sql, 1)
+    orm_load(engine, rows, args.orm_batch)
+    orm_requests = requests_by_type(mock)
+    print("\nrequests sent (mock server)")
+    for name, reqs in (("bulk_load", bulk_requests), ("session.add_all", orm_requests)):
+        total = sum(reqs.values())
+        print(f"  {name:<18} {total:7d}  {reqs}")
+    ratio = sum(orm_requests.values()) / max(1, sum(bulk_requests.values()))
+    print(f"  ORM / bulk_load round trips: {ratio:.1f}x  (target >= 5x)")
+    engine.dispose()
+    mock.stop()
+
+    print("\nwrite order: key ranges per worker, in commit order (first 12)")
+    for w, ranges in sorted(report.write_order.items()):
+        print(f"  worker {w}: {ranges[:12]}{' ...' if len(ranges) > 12 else ''}")
+
+
+def _mock_database(engine: sa.Engine) -> Any:
+    raw: Any = engine.raw_connection()
+    try:
+        return raw.driver_connection.database
+    finally:
+        raw.close()
+
+
+def _orm_insert_sql(engine: sa.Engine) -> str:
+    t = LogEntry.__table__
+    stmt = t.insert().values({c.key: sa.bindparam(c.key) for c in t.columns})
+    return str(stmt.compile(engine))
+
+
+if __name__ == "__main__":
+    main()
