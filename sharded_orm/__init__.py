@@ -7,7 +7,6 @@ Spanner do, when they are used.
 
 from __future__ import annotations
 
-# --- linter and simulator ---
 # --- bulk loading ---
 from .bulk import BulkLoadError, BulkLoadReport, BulkValidationError, bulk_load
 
@@ -40,6 +39,9 @@ from .indexes import ShardedIndex
 from .interleave import interleave_in
 from .keys import OrderedPrimaryKey, key_column, primary_key
 
+# --- linter and simulator ---
+from .lint import Finding, lint
+
 # --- sharded queries ---
 from .merge import MergeStats, merged
 from .mixins import TimestampShardedMixin
@@ -49,6 +51,8 @@ from .sequences import SequenceExhausted, SpannerSequence, TableSequence
 from .types import UTCDateTime
 
 __all__ = [
+    "Finding",
+    "lint",
     "BulkLoadError",
     "BulkLoadReport",
     "BulkValidationError",
