@@ -1,0 +1,415 @@
+"""What autogenerate must see on Spanner that Alembic's own comparison does not.
+
+Registered by the ``sharded_orm.autogenerate`` plugin (``alembic_ext.plugin``) as one
+comparator that runs *after* Alembic's (``"autogenerate"`` target, priority LAST), so it
+sees the finished operations and rewrites them in place:
+
+* index ops become :class:`~alembic_ext.ops.SpannerCreateIndexOp` /
+  :class:`~alembic_ext.ops.SpannerDropIndexOp` (rendered with DESC parts and spanner_*
+  keywords, plus a warning comment from :func:`index_warnings`);
+* a dropped table first drops its indexes (Spanner refuses to drop an indexed table);
+* adding a shard column to a table becomes expand / backfill / NOT NULL / marker, and
+  dropping one drops its marker first; downgrades reverse into each other;
+* a shard column whose count, algorithm or sources changed *in place* (same column name)
+  stops autogenerate with :class:`~sharded_orm.errors.ShardConfigError`: rows already
+  stored under the old spec would be unfindable, and Spanner cannot rename a column, so
+  the only safe path is a new column (see docs/migrations.md, "Resharding");
+* a generated column whose expression changed is dropped and added back;
+* a server-side shard column is written as ``sa.Computed('<GoogleSQL>')``.
+
+Within each table, ops are ordered for Spanner: add columns, create indexes and markers,
+then drop indexes and constraints, then drop columns (Spanner refuses to drop a column an
+index or a CHECK constraint still uses).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable
+from typing import Any
+
+import sqlalchemy as sa
+from alembic.autogenerate.api import AutogenContext
+from alembic.operations import ops
+from sqlalchemy.sql.elements import UnaryExpression
+
+from sharded_orm.columns import ShardColumn, ShardComputed, shard_columns
+from sharded_orm.errors import ShardConfigError
+from sharded_orm.hashing import CRC32, FARM_FINGERPRINT
+from sharded_orm.spanner import is_spanner
+
+from . import reflection
+from .markers import Marker, find_marker, marker_clause, marker_for, spec_digest
+from .ops import (
+    AddShardColumnOp,
+    DropShardColumnOp,
+    ReplaceGeneratedColumnOp,
+    SpannerCreateIndexOp,
+    SpannerDropIndexOp,
+)
+
+MONOTONIC_TYPES = (sa.DateTime, sa.Date, sa.Time)
+
+
+# ----------------------------------------------------------------------------- lint hook
+
+
+def index_warnings(index: sa.Index) -> list[str]:
+    """Warnings written above ``op.create_index`` in the generated file.
+
+    Delegates to the linter: ``sharded_orm.lint.index_warnings(index)`` if it exists, else
+    the findings of ``sharded_orm.lint.lint_table(index.table)`` about this index;
+    without the linter, a minimal check: an index whose first column has a date/time type puts
+    every new row at the end of the index (a write hotspot).
+    """
+    lint: Any
+    try:
+        from sharded_orm import lint
+    except ImportError:  # the linter is optional here
+        lint = None
+    hook = getattr(lint, "index_warnings", None)
+    if hook is not None:
+        return [str(w) for w in hook(index)]
+    lint_table = getattr(lint, "lint_table", None)
+    if lint_table is not None and isinstance(index.table, sa.Table):
+        target = f"index {index.name}"
+        return [f"{f.rule} {f.message}" for f in lint_table(index.table) if f.target == target]
+    exprs = list(index.expressions)
+    if not exprs:
+        return []
+    first = exprs[0]
+    col = first.element if isinstance(first, UnaryExpression) else first
+    if isinstance(getattr(col, "type", None), MONOTONIC_TYPES):
+        return [
+            f"index {index.name!r} starts with {getattr(col, 'name', col)!r}, a monotonically "
+            "increasing column: every insert writes the same split (a hotspot). Lead it with a "
+            "shard column (sharded_orm.ShardedIndex)."
+        ]
+    return []
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def _metadata_tables(ctx: AutogenContext) -> dict[str, sa.Table]:
+    md = ctx.metadata
+    if md is None:
+        return {}
+    mds: list[sa.MetaData] = list(md) if isinstance(md, (list, tuple)) else [md]  # type: ignore[list-item]
+    return {t.name: t for m in mds for t in m.tables.values()}
+
+
+def _check_names(ctx: AutogenContext, table: str) -> list[str]:
+    conn = ctx.connection
+    if conn is None:
+        return []
+    if is_spanner(conn):
+        return list(reflection.read_check_constraints(conn, table))
+    try:
+        return [c["name"] for c in ctx.inspector.get_check_constraints(table) if c["name"]]
+    except NotImplementedError:
+        return []
+
+
+def _shard_sql(sc: ShardColumn, ctx: AutogenContext) -> str:
+    from sharded_orm.spanner.expressions import shard_sql
+
+    assert ctx.dialect is not None
+    return shard_sql(sc.sources, sc.count, ctx.dialect.identifier_preparer.quote)
+
+
+def _plain_column(sc: ShardColumn, ctx: AutogenContext) -> sa.Column[Any]:
+    """A copy of a shard column that Alembic renders as it must be created."""
+    col = sc.column
+    args: list[Any] = [col.name, col.type]
+    computed = isinstance(col.computed, ShardComputed)
+    if computed and ctx.dialect is not None and is_spanner(ctx.dialect):
+        args.append(sa.Computed(sa.text(_shard_sql(sc, ctx)), persisted=True))
+    return sa.Column(*args, nullable=col.nullable, primary_key=col.primary_key)
+
+
+def _recover_spec(
+    marker: Marker, column: str, candidates: Iterable[str]
+) -> tuple[str, tuple[str, ...]] | None:
+    """(algorithm, sources) whose digest matches a marker: up to three source columns."""
+    names = [c for c in candidates if c != column]
+    for n in (1, 2, 3):
+        for sources in itertools.permutations(names, n):
+            for algorithm in (CRC32, FARM_FINGERPRINT):
+                if spec_digest(algorithm, marker.count, sources) == marker.digest:
+                    return algorithm, sources
+    return None
+
+
+def _stub_index(info: reflection.IndexInfo) -> sa.Index:
+    table = sa.Table(info.table, sa.MetaData())
+    exprs: list[Any] = []
+    for name, desc in info.columns:
+        c = sa.Column(name, sa.types.NULLTYPE)
+        table.append_column(c)
+        exprs.append(c.desc() if desc else c)
+    kw: dict[str, Any] = {}
+    if info.storing:
+        kw["spanner_storing"] = sorted(info.storing)
+    if info.null_filtered:
+        kw["spanner_null_filtered"] = True
+    if info.interleave_in:
+        kw["spanner_interleave_in"] = info.interleave_in
+    return sa.Index(info.name, *exprs, unique=info.unique, _table=table, **kw)
+
+
+def _order_key(op: ops.MigrateOperation) -> int:
+    if isinstance(op, DropShardColumnOp):
+        return 6
+    if isinstance(op, (AddShardColumnOp, ops.AddColumnOp, ReplaceGeneratedColumnOp)):
+        return 0
+    if isinstance(op, ops.AlterColumnOp):
+        return 1
+    if isinstance(op, ops.CreateIndexOp):
+        return 2
+    if isinstance(op, ops.AddConstraintOp):
+        return 3
+    if isinstance(op, ops.DropIndexOp):
+        return 4
+    if isinstance(op, ops.DropConstraintOp):
+        return 5
+    if isinstance(op, ops.DropColumnOp):
+        return 6
+    return 1
+
+
+# ----------------------------------------------------------------------------- rewriting
+
+
+class _Rewriter:
+    def __init__(self, ctx: AutogenContext) -> None:
+        self.ctx = ctx
+        self.meta = _metadata_tables(ctx)
+        self.spanner = ctx.dialect is not None and is_spanner(ctx.dialect)
+        self.quote = ctx.dialect.identifier_preparer.initial_quote if ctx.dialect else '"'
+
+    # -- top level
+
+    def run(self, upgrade_ops: ops.UpgradeOps) -> None:
+        new_ops: list[ops.MigrateOperation] = []
+        touched: dict[str, ops.ModifyTableOps] = {}
+        created = set()
+        for op in upgrade_ops.ops:
+            if isinstance(op, ops.CreateTableOp):
+                created.add(op.table_name)
+                self.create_table(op)
+                new_ops.append(op)
+            elif isinstance(op, ops.DropTableOp):
+                new_ops.extend(self.drop_table_indexes(op.table_name))
+                new_ops.append(op)
+            elif isinstance(op, ops.ModifyTableOps):
+                touched[op.table_name] = op
+                new_ops.append(op)
+            elif isinstance(op, ops.CreateIndexOp):
+                new_ops.append(self.create_index(op))
+            elif isinstance(op, ops.DropIndexOp):
+                new_ops.append(SpannerDropIndexOp.from_index(op.to_index()))
+            else:
+                new_ops.append(op)
+        if self.ctx.connection is not None:
+            existing = set(self.ctx.inspector.get_table_names())
+            for name, table in self.meta.items():
+                if name in created or name not in existing:
+                    continue
+                extra = self.compare_existing(table)
+                if not extra:
+                    continue
+                mod = touched.get(name)
+                if mod is None:
+                    mod = ops.ModifyTableOps(name, [])
+                    touched[name] = mod
+                    new_ops.append(mod)
+                mod.ops.extend(extra)
+        for mod in touched.values():
+            self.modify_table(mod)
+        upgrade_ops.ops[:] = [
+            o for o in new_ops if not (isinstance(o, ops.ModifyTableOps) and not o.ops)
+        ]
+
+    # -- new tables
+
+    def create_table(self, op: ops.CreateTableOp) -> None:
+        # sharded-orm's bookkeeping in Table.info (ORM attribute maps) is not schema
+        if op.info:
+            op.info = {k: v for k, v in op.info.items() if not str(k).startswith("sharded_orm.")}
+        table = self.meta.get(op.table_name)
+        if table is None:
+            return
+        by_name = {sc.name: sc for sc in shard_columns(table)}
+        cols: list[Any] = []
+        for item in op.columns:
+            sc = (
+                by_name.get(getattr(item, "name", None) or "")
+                if isinstance(item, sa.Column)
+                else None
+            )
+            cols.append(_plain_column(sc, self.ctx) if sc is not None and sc.server_side else item)
+        for sc in by_name.values():
+            if not sc.server_side:
+                m = marker_for(sc)
+                cols.append(
+                    sa.CheckConstraint(marker_clause(sc.name, sc.count, self.quote), name=m.name)
+                )
+        op.columns = cols
+
+    def drop_table_indexes(self, table: str) -> list[ops.MigrateOperation]:
+        conn = self.ctx.connection
+        if conn is None or not self.spanner:
+            return []
+        found = reflection.read_indexes(conn, table)
+        return [SpannerDropIndexOp.from_index(_stub_index(i)) for i in found.values()]
+
+    # -- indexes
+
+    def create_index(self, op: ops.CreateIndexOp) -> SpannerCreateIndexOp:
+        if isinstance(op, SpannerCreateIndexOp):
+            return op
+        index = op.to_index()
+        table = self.meta.get(op.table_name)
+        real = table is not None and next(
+            (i for i in table.indexes if i.name == op.index_name), None
+        )
+        return SpannerCreateIndexOp.wrap(op, index_warnings(real or index))
+
+    # -- changed tables
+
+    def modify_table(self, mod: ops.ModifyTableOps) -> None:
+        table = self.meta.get(mod.table_name)
+        shards = {sc.name: sc for sc in shard_columns(table)} if table is not None else {}
+        checks: list[str] | None = None
+        out: list[ops.MigrateOperation] = []
+        for op in mod.ops:
+            if isinstance(op, ops.CreateIndexOp):
+                out.append(self.create_index(op))
+            elif isinstance(op, ops.DropIndexOp) and not isinstance(op, SpannerDropIndexOp):
+                new = SpannerDropIndexOp(
+                    op.index_name, table_name=op.table_name, _reverse=op._reverse, **op.kw
+                )
+                out.append(new)
+            elif isinstance(op, ops.AddColumnOp) and op.column.name in shards:
+                sc = shards[op.column.name]
+                out.append(
+                    AddShardColumnOp(
+                        mod.table_name, _plain_column(sc, self.ctx),
+                        sources=[c.name for c in sc.sources], count=sc.count,
+                        algorithm=sc.algorithm,
+                        marker=None if sc.server_side else marker_for(sc),
+                        server_side=sc.server_side,
+                    )
+                )  # fmt: skip
+            elif isinstance(op, ops.DropColumnOp):
+                if checks is None:
+                    checks = _check_names(self.ctx, mod.table_name)
+                out.append(self.drop_column(mod.table_name, op, checks))
+            else:
+                out.append(op)
+        # A changed index (same name) must go before it comes back; a replaced one (new
+        # name) stays until its successor exists, so queries always have one.
+        recreated = {o.index_name for o in out if isinstance(o, ops.CreateIndexOp)}
+
+        def key(o: ops.MigrateOperation) -> int:
+            if isinstance(o, ops.DropIndexOp) and o.index_name in recreated:
+                return -1
+            return _order_key(o)
+
+        out.sort(key=key)  # stable: keeps Alembic's order within a kind
+        mod.ops = out
+
+    def drop_column(
+        self, table: str, op: ops.DropColumnOp, checks: list[str]
+    ) -> ops.MigrateOperation:
+        marker = find_marker(table, op.column_name, checks)
+        if marker is None:
+            return op
+        column = op.to_column()
+        candidates = [c["name"] for c in self.ctx.inspector.get_columns(table)]
+        spec = _recover_spec(marker, op.column_name, candidates)
+        algorithm, sources = spec if spec is not None else ("", ())
+        return DropShardColumnOp(
+            table, column, sources=sources, count=marker.count, algorithm=algorithm, marker=marker
+        )
+
+    def compare_existing(self, table: sa.Table) -> list[ops.MigrateOperation]:
+        """Shard specs and generated expressions of a table that exists on both sides."""
+        conn = self.ctx.connection
+        assert conn is not None
+        db_cols = {c["name"] for c in self.ctx.inspector.get_columns(table.name)}
+        out: list[ops.MigrateOperation] = []
+        checks = _check_names(self.ctx, table.name)
+        generated = reflection.read_generated_columns(conn, table.name) if self.spanner else {}
+        shard_names = set()
+        for sc in shard_columns(table):
+            shard_names.add(sc.name)
+            if sc.name not in db_cols:
+                continue  # a new column: Alembic adds it, modify_table makes it a shard add
+            if sc.server_side and self.spanner:
+                expected = _shard_sql(sc, self.ctx)
+                actual = generated.get(sc.name)
+                if actual is None or reflection.normalize_sql(actual) != reflection.normalize_sql(
+                    expected
+                ):
+                    raise self.in_place_error(
+                        table.name, sc, f"its generated expression is {actual!r}"
+                    )
+                continue
+            want = marker_for(sc)
+            have = find_marker(table.name, sc.name, checks)
+            if have is None:
+                out.append(
+                    ops.CreateCheckConstraintOp(
+                        want.name, table.name, marker_clause(sc.name, sc.count, self.quote)
+                    )
+                )
+            elif have.digest != want.digest:
+                raise self.in_place_error(
+                    table.name, sc, f"the database records count={have.count} (marker {have.name})"
+                )
+        if self.spanner:
+            for col in table.columns:
+                if col.name in shard_names or col.computed is None or col.name not in generated:
+                    continue
+                expected = str(col.computed.sqltext.compile(dialect=self.ctx.dialect))
+                if reflection.normalize_sql(expected) != reflection.normalize_sql(
+                    generated[col.name]
+                ):
+                    old = sa.Column(
+                        col.name,
+                        col.type,
+                        sa.Computed(sa.text(generated[col.name]), persisted=True),
+                    )
+                    new = sa.Column(
+                        col.name, col.type, sa.Computed(col.computed.sqltext, persisted=True)
+                    )
+                    out.append(ReplaceGeneratedColumnOp(table.name, old, new))
+        return out
+
+    @staticmethod
+    def in_place_error(table: str, sc: ShardColumn, found: str) -> ShardConfigError:
+        if sc.column.primary_key:
+            return ShardConfigError(
+                f"shard column {table}.{sc.name} is declared with count={sc.count}, "
+                f"algorithm={sc.algorithm!r}, sources={list(sc.source_keys)}, but {found}. It "
+                "is part of the primary key, and Spanner cannot change or add key columns of a "
+                "table: there is no backfill path. Create a new table with the new key, copy "
+                "the rows, and switch to it (docs/migrations.md, 'Resharding a key')."
+            )
+        return ShardConfigError(
+            f"shard column {table}.{sc.name} is declared with count={sc.count}, "
+            f"algorithm={sc.algorithm!r}, sources={list(sc.source_keys)}, but {found}. "
+            "A shard column cannot be recomputed in place: rows already stored under the old "
+            "spec would be invisible to every sharded query while it runs, and Spanner cannot "
+            "rename a column. Declare the new layout as a NEW shard column (new name, e.g. "
+            f"name='{sc.name}{sc.count}') with its own ShardedIndex, keep or remove the old "
+            "one, and autogenerate again: it renders expand / backfill / contract "
+            "(docs/migrations.md, 'Resharding')."
+        )
+
+
+def rewrite_for_spanner(autogen_context: AutogenContext, upgrade_ops: ops.UpgradeOps) -> None:
+    """The plugin's comparator: rewrite Alembic's finished ops (see the module docstring)."""
+    _Rewriter(autogen_context).run(upgrade_ops)

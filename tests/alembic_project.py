@@ -1,0 +1,71 @@
+"""A real Alembic project in a temp dir, with env.py edited as the README shows."""
+
+from __future__ import annotations
+
+import io
+import re
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from alembic import command
+from alembic.config import Config
+
+PLUGINS = "autogenerate_plugins=['alembic.autogenerate.*', 'sharded_orm.*']"
+
+
+class Project:
+    def __init__(self, root: Path, url: str) -> None:
+        self.root = root
+        self.out = io.StringIO()
+        ini = root / "alembic.ini"
+        command.init(Config(str(ini), stdout=io.StringIO()), str(root / "migrations"))
+        env_py = root / "migrations" / "env.py"
+        env = env_py.read_text()
+        # The README's change: import alembic_ext, the models' metadata, the plugin.
+        env = env.replace(
+            "target_metadata = None",
+            "import alembic_ext  # noqa: F401\n"
+            "target_metadata = config.attributes['target_metadata']  # tests: models vary",
+        )
+        env = re.sub(
+            r"target_metadata=target_metadata,?",
+            f"target_metadata=target_metadata, {PLUGINS},",
+            env,
+        )
+        env_py.write_text(env)
+        self.cfg = Config(str(ini), output_buffer=self.out, stdout=io.StringIO())
+        self.cfg.set_main_option("script_location", str(root / "migrations"))
+        self.cfg.set_main_option("sqlalchemy.url", url)
+
+    def revision(self, metadata: sa.MetaData, message: str) -> str:
+        self.cfg.attributes["target_metadata"] = metadata
+        script: Any = command.revision(self.cfg, message, autogenerate=True)
+        return Path(script.path).read_text()
+
+    def upgrade(self, target: str = "head", **attributes: Any) -> None:
+        self.cfg.attributes.update(attributes)
+        command.upgrade(self.cfg, target)
+
+    def downgrade(self, target: str, **attributes: Any) -> None:
+        self.cfg.attributes.update(attributes)
+        command.downgrade(self.cfg, target)
+
+    def offline_sql(self, rng: str) -> str:
+        self.out.seek(0)
+        self.out.truncate()
+        command.upgrade(self.cfg, rng, sql=True)
+        return self.out.getvalue()
+
+
+def body(script: str, fn: str) -> str:
+    """The text of ``def upgrade`` or ``def downgrade`` in a migration file."""
+    m = re.search(rf"def {fn}\(\).*?:\n(.*?)(?=\ndef |\Z)", script, re.S)
+    assert m is not None
+    return m.group(1)
+
+
+def no_changes(script: str) -> bool:
+    """True when autogenerate found nothing: the upgrade body is just ``pass``."""
+    lines = [ln.strip() for ln in body(script, "upgrade").splitlines()]
+    return [ln for ln in lines if ln and not ln.startswith(("#", '"""'))] == ["pass"]

@@ -1,0 +1,290 @@
+"""alembic_ext on the emulator, from a real ``alembic init`` project in a temp dir."""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import seed_models
+import sqlalchemy as sa
+from alembic_project import Project, body, no_changes
+
+from alembic_ext import BackfillProgress, backfill_shard
+from alembic_ext.ops import PROGRESS_ATTRIBUTE
+from alembic_ext.reflection import read_check_constraints, read_indexes, read_primary_key
+from sharded_orm import ShardConfigError, ShardedIndex, compute_shard, shard_column
+
+pytestmark = pytest.mark.emulator
+
+
+def _logs(
+    count: int, name: str, *, index: dict[str, Any] | None = None, **extra: Any
+) -> sa.MetaData:
+    """A Logs table with one shard column ``name`` (count) and a ShardedIndex led by it."""
+    md = sa.MetaData()
+    ix = dict(columns=("CompanyId", sa.desc("Ts")), name=f"LogsBy{name}")
+    ix.update(index or {})
+    cols = ix.pop("columns")
+    iname = ix.pop("name")
+    sa.Table(
+        "Logs",
+        md,
+        sa.Column("Id", sa.String(36), primary_key=True),
+        sa.Column("CompanyId", sa.String(64), nullable=False),
+        sa.Column("Ts", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("Body", sa.String(100)),
+        shard_column("CompanyId", "Ts", count=count, name=name).column,
+        *[shard_column("CompanyId", "Ts", count=c, name=n).column for n, c in extra.items()],
+        ShardedIndex(iname, *cols, shard=name, **ix),
+    )
+    return md
+
+
+def _indexes(engine: sa.Engine) -> dict[str, Any]:
+    with engine.connect() as c:
+        return {k[1]: v for k, v in read_indexes(c).items()}
+
+
+@pytest.fixture
+def project(tmp_path: Path, spanner_emulator: Any) -> Any:
+    db = spanner_emulator.create_database()
+    url = spanner_emulator.url(db)
+    proj = Project(tmp_path, url)
+    engine = sa.create_engine(url)
+    yield proj, engine
+    engine.dispose()
+
+
+def test_seed_models_roundtrip(project: Any) -> None:
+    proj, engine = project
+    script = proj.revision(seed_models.Sharded.metadata, "seed")
+    up = body(script, "upgrade")
+    assert "sa.desc(sa.column('Timestamp'))" in up
+    assert "literal_column" not in up
+    assert "sharded_orm.primary_key('UserId', sa.desc('LastAccessTimestamp'))" in up
+    assert "spanner_null_filtered=True" in up and "spanner_storing=['LogEntry']" in up
+    assert "spanner_interleave_in='EventBuckets'" in up
+    sql = proj.offline_sql("base:head")  # offline mode: DDL only, no database
+    assert "PRIMARY KEY (`UserId`, `LastAccessTimestamp` DESC)" in sql
+    assert "`EntryShardId`, `CompanyId`, `Timestamp` DESC) STORING (`LogEntry`)" in sql
+    assert "CREATE NULL_FILTERED INDEX `SessionsByDevice`" in sql
+    proj.upgrade()
+    with engine.connect() as c:
+        assert read_primary_key(c, "Users") == [("UserId", False), ("LastAccessTimestamp", True)]
+        checks = read_check_constraints(c, "LogEntries")
+    assert any(n.startswith("ck_LogEntries_EntryShardId_shard10_") for n in checks)
+    ix = _indexes(engine)
+    assert ix["LogEntriesByCompany"].columns == (
+        ("EntryShardId", False), ("CompanyId", False), ("Timestamp", True),
+    )  # fmt: skip
+    assert ix["LogEntriesByCompany"].storing == {"LogEntry"}
+    assert ix["SessionsByDevice"].null_filtered
+    assert ix["BucketedEventsByKind"].interleave_in == "EventBuckets"
+    again = proj.revision(seed_models.Sharded.metadata, "again")
+    assert no_changes(again), again
+    proj.downgrade("base")
+    with engine.connect() as c:
+        assert read_indexes(c) == {}
+        left = c.exec_driver_sql(
+            "SELECT TABLE_NAME FROM INFORMATION_SCHEMA.TABLES WHERE TABLE_SCHEMA = ''"
+        ).scalars()
+        assert set(left) == {"alembic_version"}
+
+
+CHANGES = [
+    ("desc", {"columns": ("CompanyId", "Ts")}, lambda i: i.columns[-1] == ("Ts", False)),
+    ("order", {"columns": (sa.desc("Ts"), "CompanyId")}, lambda i: i.columns[1] == ("Ts", True)),
+    ("storing", {"storing": ["Body"]}, lambda i: i.storing == {"Body"}),
+    ("null_filtered", {"null_filtered": True}, lambda i: i.null_filtered),
+    ("unique", {"unique": True, "columns": ("Id",)}, lambda i: i.unique),
+]
+
+
+def test_each_index_property_change_is_detected_and_applied(project: Any) -> None:
+    proj, engine = project
+    proj.revision(_logs(8, "Shard8"), "init")
+    proj.upgrade()
+    for label, change, check in CHANGES:
+        script = proj.revision(_logs(8, "Shard8", index=change), label)
+        up = body(script, "upgrade")
+        assert "op.drop_index('LogsByShard8'" in up and "op.create_index('LogsByShard8'" in up, (
+            label, script,
+        )  # fmt: skip
+        proj.upgrade()
+        assert check(_indexes(engine)["LogsByShard8"]), label
+        nothing = proj.revision(_logs(8, "Shard8", index=change), label + "-again")
+        assert no_changes(nothing), (label, nothing)
+        proj.upgrade()
+        proj.revision(_logs(8, "Shard8"), label + "-back")
+        proj.upgrade()
+
+
+def test_in_place_count_change_is_refused(project: Any) -> None:
+    proj, _ = project
+    proj.revision(_logs(8, "Shard8"), "init")
+    proj.upgrade()
+    with pytest.raises(ShardConfigError, match="cannot be recomputed in place"):
+        proj.revision(_logs(16, "Shard8"), "in place")
+
+
+def test_dropping_a_shard_column_still_indexed_is_refused(project: Any) -> None:
+    proj, engine = project
+    proj.revision(_logs(8, "Shard8"), "init")
+    proj.upgrade()
+    versions = Path(proj.cfg.get_main_option("script_location") or "") / "versions"
+    (versions / "bad_drop.py").write_text(
+        "from alembic import op\n"
+        "revision = 'bad_drop'\n"
+        f"down_revision = {_head(proj)!r}\n"
+        "def upgrade():\n"
+        "    op.drop_column('Logs', 'Shard8')\n"
+        "def downgrade():\n"
+        "    pass\n"
+    )
+    with pytest.raises(ShardConfigError, match="LogsByShard8 still use it"):
+        proj.upgrade()
+
+
+def _head(proj: Project) -> str:
+    from alembic.script import ScriptDirectory
+
+    head = ScriptDirectory.from_config(proj.cfg).get_current_head()
+    assert head is not None
+    return head
+
+
+def _head_down(proj: Project) -> str:
+    from alembic.script import ScriptDirectory
+
+    script = ScriptDirectory.from_config(proj.cfg).get_revision("head")
+    assert script is not None and isinstance(script.down_revision, str)
+    return script.down_revision
+
+
+ROWS = 10_000
+BATCH = 1_000
+
+
+def _seed_rows(engine: sa.Engine, n: int) -> None:
+    t0 = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
+    rows = []
+    for i in range(n):
+        company, ts = f"c{i % 10}", t0 + dt.timedelta(seconds=i)
+        rows.append(
+            {"Id": f"{i:06d}", "CompanyId": company, "Ts": ts,
+             "Shard8": compute_shard((company, ts), 8)}
+        )  # fmt: skip
+    cols = ["Id", "CompanyId", "Ts", "Shard8"]
+    with engine.connect() as c:  # mutations, 1,000 rows a commit (bigger is slower here)
+        database: Any = c.connection.dbapi_connection.database  # type: ignore[union-attr]
+    for k in range(0, n, 1000):
+        with database.batch() as batch:
+            chunk = [[r[col] for col in cols] for r in rows[k : k + 1000]]
+            batch.insert(table="Logs", columns=cols, values=chunk)
+
+
+def _found(engine: sa.Engine, column: str, count: int, index: str) -> int:
+    """Rows found by the sharded query of each company (shard IN 0..N-1, via the index)."""
+    shards = ", ".join(str(s) for s in range(count))
+    sql = sa.text(
+        f"SELECT COUNT(*) FROM Logs@{{FORCE_INDEX={index}}} "
+        f"WHERE {column} IN ({shards}) AND CompanyId = :c"
+    )
+    with engine.connect().execution_options(read_only=True) as c:
+        return sum(c.execute(sql, {"c": f"c{k}"}).scalar_one() for k in range(10))
+
+
+def test_reshard_8_to_16_without_losing_a_row(project: Any) -> None:
+    proj, engine = project
+    proj.revision(_logs(8, "Shard8"), "init")
+    proj.upgrade()
+    _seed_rows(engine, ROWS)
+
+    script = proj.revision(_logs(16, "Shard16"), "reshard")
+    up, down = body(script, "upgrade"), body(script, "downgrade")
+    assert "op.backfill_shard('Logs', 'Shard16', sources=['CompanyId', 'Ts'], count=16" in up
+    assert up.index("backfill_shard") < up.index("drop_index('LogsByShard8'")
+    assert "op.backfill_shard('Logs', 'Shard8', sources=['CompanyId', 'Ts'], count=8" in down
+
+    offline = proj.offline_sql("-1:head".replace("-1", _head_down(proj)))
+    assert "-- sharded_orm: NEEDS ONLINE MODE: fill Logs.Shard16" in offline
+    assert offline.index("ADD COLUMN `Shard16` INT64") < offline.index("NEEDS ONLINE MODE")
+    assert "DROP INDEX `LogsByShard8`" in offline and "DROP COLUMN `Shard8`" in offline
+    Path(proj.root / "reshard.sql").write_text(offline)
+
+    misses: list[tuple[int, int]] = []
+    seen: list[BackfillProgress] = []
+
+    def reader(p: BackfillProgress) -> None:
+        seen.append(p)
+        old = _found(engine, "Shard8", 8, "LogsByShard8")  # authoritative while filling
+        if old != ROWS:
+            misses.append((p.done, ROWS - old))
+
+    t0 = time.monotonic()
+    proj.upgrade(**{PROGRESS_ATTRIBUTE: reader})
+    upgrade_s = time.monotonic() - t0
+    print("batches at", [round(p.elapsed, 1) for p in seen], "upgrade", round(upgrade_s, 1))
+    assert misses == []
+    assert len(seen) >= ROWS // 500 and seen[-1].done == ROWS
+    assert _found(engine, "Shard16", 16, "LogsByShard16") == ROWS
+    with engine.connect() as c:
+        rows = c.exec_driver_sql("SELECT CompanyId, Ts, Shard16 FROM Logs").all()
+    assert all(compute_shard((co, ts), 16) == s for co, ts, s in rows)
+    assert set(_indexes(engine)) == {"LogsByShard16"}
+
+    # the old layout comes back, backfilled from the spec recorded in its marker
+    t0 = time.monotonic()
+    proj.downgrade("-1", **{PROGRESS_ATTRIBUTE: None})
+    print("downgrade", round(time.monotonic() - t0, 1))
+    assert _found(engine, "Shard8", 8, "LogsByShard8") == ROWS
+    proj.downgrade("base")
+    print(f"reshard upgrade of {ROWS} rows: {upgrade_s:.1f}s")
+
+
+def test_backfill_twice_and_resumed(spanner_engine: sa.Engine) -> None:
+    engine = spanner_engine
+    md = _logs(8, "Shard8")
+    md.create_all(engine)
+    _seed_rows(engine, 1200)
+    with engine.begin() as c:
+        c.exec_driver_sql("ALTER TABLE Logs ADD COLUMN Shard4 INT64")
+    calls = []
+
+    def stop_after_two(p: BackfillProgress) -> None:
+        calls.append(p.done)
+        if len(calls) == 2:
+            raise KeyboardInterrupt  # an interruption between two batches
+
+    kw: dict[str, Any] = dict(sources=["CompanyId", "Ts"], count=4, batch_size=500)
+    with pytest.raises(KeyboardInterrupt):
+        backfill_shard(engine, "Logs", "Shard4", progress=stop_after_two, **kw)
+    with engine.connect() as c:
+        filled = c.exec_driver_sql("SELECT COUNT(*) FROM Logs WHERE Shard4 IS NOT NULL").scalar()
+    assert filled == 1000
+    resumed = backfill_shard(engine, "Logs", "Shard4", progress=False, **kw)
+    assert (resumed.rows, resumed.batches, resumed.method) == (200, 1, "mutations")
+    again = backfill_shard(engine, "Logs", "Shard4", progress=False, **kw)
+    assert (again.rows, again.method) == (0, "nothing_to_do")
+    with engine.connect() as c:
+        rows = c.exec_driver_sql("SELECT CompanyId, Ts, Shard4 FROM Logs").all()
+    assert len(rows) == 1200 and all(compute_shard((a, b), 4) == s for a, b, s in rows)
+
+
+def test_partitioned_dml_backfill_matches_client(spanner_engine: sa.Engine) -> None:
+    engine = spanner_engine
+    _logs(8, "Shard8").create_all(engine)
+    _seed_rows(engine, 300)
+    with engine.begin() as c:
+        c.exec_driver_sql("ALTER TABLE Logs ADD COLUMN ShardFp INT64")
+    res = backfill_shard(
+        engine, "Logs", "ShardFp", sources=["CompanyId", "Ts"], count=16,
+        algorithm="farm_fingerprint", progress=False,
+    )  # fmt: skip
+    assert res.method == "partitioned_dml"
+    with engine.connect() as c:
+        rows = c.exec_driver_sql("SELECT CompanyId, Ts, ShardFp FROM Logs").all()
+    assert all(compute_shard((a, b), 16, "farm_fingerprint") == s for a, b, s in rows)
