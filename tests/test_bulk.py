@@ -202,3 +202,23 @@ def test_table_without_primary_key() -> None:
     t = sa.Table("nokey", sa.MetaData(), sa.Column("a", sa.Integer))
     with pytest.raises(ShardConfigError, match="no primary key"):
         bulk_load(sa.create_engine("sqlite://"), t, [{"a": 1}])
+
+
+@pytest.mark.emulator
+def test_deferred_indexes_on_the_emulator(spanner_engine: sa.Engine) -> None:
+    Sharded.metadata.create_all(spanner_engine)
+    rows = entries(500)
+    report = bulk_load(spanner_engine, LogEntry, rows, defer_indexes=True)
+    assert report.complete and stored(spanner_engine) == expected(rows)
+    with spanner_engine.connect() as conn:
+        names = (
+            conn.execute(
+                sa.text(
+                    "SELECT INDEX_NAME FROM INFORMATION_SCHEMA.INDEXES "
+                    "WHERE TABLE_NAME = 'LogEntries' AND INDEX_TYPE = 'INDEX'"
+                )
+            )
+            .scalars()
+            .all()
+        )
+    assert names == ["LogEntriesByCompany"]
