@@ -38,8 +38,9 @@ import sqlalchemy as sa
 from sqlalchemy import types as sqltypes
 
 from .columns import ATTR_COLUMNS_KEY, ShardComputed, shard_columns, table_of
-from .errors import ShardConfigError, ShardingError, ShardTypeError, UnsupportedOnDialectError
+from .errors import ShardConfigError, ShardingError, UnsupportedOnDialectError
 from .execution import _MISSING, _evaluate_default
+from .query import check_positive_int
 from .sequences import is_retryable
 from .spanner import is_spanner
 
@@ -80,14 +81,6 @@ class BulkLoadReport:
     @property
     def complete(self) -> bool:
         return self.failed_batch is None and len(self.committed_batches) == self.batches
-
-
-def _positive_int(value: object, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ShardTypeError(f"{what} must be a positive int, got {value!r}")
-    if value <= 0:
-        raise ShardConfigError(f"{what} must be at least 1, got {value}")
-    return value
 
 
 _PYTHON_TYPES: list[tuple[type[sqltypes.TypeEngine[Any]], tuple[type, ...]]] = [
@@ -286,8 +279,8 @@ def bulk_load(
     seed: int = 0,
 ) -> BulkLoadReport:
     """Load ``rows`` into a table: key-range partitioned, parallel, retried, reported."""
-    _positive_int(workers, "workers")
-    _positive_int(batch_bytes, "batch_bytes")
+    check_positive_int(workers, "workers")
+    check_positive_int(batch_bytes, "batch_bytes")
     if mode not in MODES:
         raise ShardConfigError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
     table = table_of(model_or_table)
