@@ -48,11 +48,18 @@ from .mixins import TimestampShardedMixin
 from .pagination import CursorError, Page, page, set_cursor_secret
 from .query import expand, sharded_select
 from .sequences import SequenceExhausted, SpannerSequence, TableSequence
+from .simulate import Comparison, Instance, SimulationResult, Workload, sample_rows, simulate
 from .types import UTCDateTime
 
 __all__ = [
+    "Comparison",
     "Finding",
+    "Instance",
+    "SimulationResult",
+    "Workload",
     "lint",
+    "sample_rows",
+    "simulate",
     "BulkLoadError",
     "BulkLoadReport",
     "BulkValidationError",

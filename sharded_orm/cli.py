@@ -1,8 +1,12 @@
-"""The ``sharded-orm`` command: ``sharded-orm lint module:attr [--format json]``.
+"""The ``sharded-orm`` command: ``lint`` a schema for hotspots, ``simulate`` its writes.
+
+``sharded-orm lint module:attr [--format json]`` and
+``sharded-orm simulate [name=]module:Model ... --rows-per-second R --duration S [...]``.
 
 The target is imported from the current directory, like alembic or uvicorn do: a
 ``MetaData``, a declarative base, or a module holding one. Exit codes: 0 no errors,
-1 errors found, 2 the command itself could not run (bad target, empty metadata).
+1 lint errors found, 2 the command itself could not run (bad target, empty metadata, bad
+workload, unwritable output).
 """
 
 from __future__ import annotations
@@ -51,6 +55,56 @@ def cmd_lint(args: argparse.Namespace) -> int:
     return 1 if any(f.severity == "error" for f in findings) else 0
 
 
+def _pair(text: str, what: str) -> tuple[str, str]:
+    name, sep, value = text.partition("=")
+    if not sep or not name or not value:
+        raise ShardingError(f"{what} takes NAME=VALUE, got {text!r}")
+    return name, value
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    from .simulate import Instance, Workload, simulate
+
+    schemas: dict[str, Any] = {}
+    for spec in args.targets:
+        name, sep, path = spec.partition("=")
+        if not sep:
+            name, path = spec.rpartition(":")[2], spec
+        if name in schemas:
+            raise ShardingError(f"two schemas are named {name!r}: write name=module:attr")
+        schemas[name] = load_target(path)
+    weights = None
+    if args.tenant_weights:
+        try:
+            weights = tuple(float(x) for x in args.tenant_weights.split(","))
+        except ValueError:
+            raise ShardingError(
+                f"--tenant-weights takes numbers separated by commas, got {args.tenant_weights!r}"
+            ) from None
+    tenants = args.tenants if args.tenants is not None else len(weights or (1,))
+    workload = Workload(
+        rows_per_second=args.rows_per_second,
+        duration=args.duration,
+        tenants=tenants,
+        zipf=args.zipf,
+        tenant_weights=weights,
+        users_per_tenant=args.users_per_tenant,
+        insert_order=args.insert_order,
+        history=args.history,
+        roles=dict(_pair(r, "--role") for r in args.role),
+        seed=args.seed,
+    )
+    instance = Instance(nodes=args.nodes, node_capacity=args.node_capacity, tick=args.tick)
+    result = simulate(schemas, workload, instance, heatmap=args.heatmap)
+    if args.format == "json":
+        print(json.dumps(result.as_dict(), indent=2))
+    else:
+        print(result.summary())
+        if args.heatmap:
+            print(f"heatmap: {args.heatmap}")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="sharded-orm", description="Hotspot checks for Spanner schemas."
@@ -60,6 +114,38 @@ def main(argv: Sequence[str] | None = None) -> int:
     p_lint.add_argument("target", help="module:attr of a MetaData or declarative base, or a module")
     p_lint.add_argument("--format", choices=("text", "json"), default="text")
     p_lint.set_defaults(func=cmd_lint)
+    p_sim = sub.add_parser(
+        "simulate", help="replay a workload through the models on a modelled Spanner instance"
+    )
+    p_sim.add_argument(
+        "targets",
+        nargs="+",
+        metavar="[NAME=]MODULE:ATTR",
+        help="a mapped class or Table; give several to compare them side by side",
+    )
+    p_sim.add_argument("--rows-per-second", type=float, required=True)
+    p_sim.add_argument("--duration", type=float, required=True, help="seconds of traffic")
+    p_sim.add_argument("--tenants", type=int, default=None, help="default: 1")
+    p_sim.add_argument("--zipf", type=float, default=0.0, help="tenant skew exponent")
+    p_sim.add_argument("--tenant-weights", default=None, help="e.g. 1,3,1")
+    p_sim.add_argument("--users-per-tenant", type=int, default=1000)
+    p_sim.add_argument("--insert-order", choices=("time", "key", "random"), default="time")
+    p_sim.add_argument("--history", type=float, default=None, help="seconds of existing rows")
+    p_sim.add_argument(
+        "--role",
+        action="append",
+        default=[],
+        metavar="COLUMN=ROLE",
+        help="how a column's values are made (time, tenant, user, uuid4, uuid7, counter, "
+        "bit_reversed, random, constant)",
+    )
+    p_sim.add_argument("--seed", type=int, default=0)
+    p_sim.add_argument("--nodes", type=int, default=3)
+    p_sim.add_argument("--node-capacity", type=float, default=3500.0, help="writes/s per node")
+    p_sim.add_argument("--tick", type=float, default=10.0, help="seconds per time step")
+    p_sim.add_argument("--heatmap", default=None, metavar="PNG", help="needs matplotlib")
+    p_sim.add_argument("--format", choices=("text", "json"), default="text")
+    p_sim.set_defaults(func=cmd_simulate)
     args = parser.parse_args(argv)
     try:
         return int(args.func(args))

@@ -25,15 +25,17 @@ SO107       warning   an unsharded index with a monotonic column behind its firs
 
 from __future__ import annotations
 
+import itertools
 import types
 import uuid
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from sqlalchemy import Column, Index, MetaData, Sequence, Table
+from sqlalchemy import Column, Index, MetaData, Table
 from sqlalchemy import types as sqltypes
-from sqlalchemy.sql.elements import UnaryExpression
+from sqlalchemy.sql import operators
+from sqlalchemy.sql.elements import UnaryExpression, _textual_label_reference
 
 from .columns import INFO_KEY, is_shard_column
 from .errors import ShardConfigError
@@ -68,41 +70,98 @@ def _is_time(col: Column[Any]) -> bool:
     return isinstance(_base_type(col), (sqltypes.DateTime, sqltypes.Date))
 
 
-def _uuid_version_of_default(col: Column[Any]) -> int | None:
+_TIME_ORDERED_UUID_FUNCS = {"uuid1": 1, "uuid6": 6, "uuid7": 7}
+
+
+def default_function(col: Column[Any]) -> Any:
+    """The user's own callable behind a column's Python-side default, or None."""
     default = col.default
     if default is None or not getattr(default, "is_callable", False):
         return None
+    fn = default.arg  # type: ignore[attr-defined]
+    return getattr(fn, "__wrapped__", fn)  # SQLAlchemy wraps no-argument callables
+
+
+def uuid_default_version(col: Column[Any]) -> int | None:
+    """The UUID version a column's default makes, if it makes UUIDs.
+
+    Known generators (``uuid.uuid1/4``, ``uuid6``/``uuid7`` from any module) are recognised
+    by name; other plain functions are called once to look at a sample value. Bound methods
+    (a sequence's ``next_id``, say) are never called: they may reserve ids in a database.
+    """
+    fn = default_function(col)
+    if fn is None:
+        return None
+    name = getattr(fn, "__name__", "")
+    if name in _TIME_ORDERED_UUID_FUNCS:
+        return _TIME_ORDERED_UUID_FUNCS[name]
+    if fn is uuid.uuid4:
+        return 4
+    if not isinstance(fn, types.FunctionType):
+        return None
     try:
-        value = default.arg(None)  # type: ignore[attr-defined]
+        wrapped = col.default.arg is not fn  # type: ignore[union-attr]
+        value = fn() if wrapped else fn(None)
         return uuid.UUID(str(value)).version
     except Exception:
         return None
 
 
+def counter_reason(col: Column[Any]) -> str | None:
+    """Why an integer column is filled from a plain, growing counter, or None.
+
+    Spanner renders ``Sequence`` and ``Identity`` as ``bit_reversed_positive``, so those
+    spread; a client-side counter (``TableSequence.next_id``, ``itertools.count``) does not.
+    """
+    if col.info.get("sharded_orm.sequential"):
+        return "it is marked sequential (info['sharded_orm.sequential'])"
+    fn = default_function(col)
+    owner = getattr(fn, "__self__", None)
+    if type(owner).__name__ == "TableSequence" and not getattr(owner, "bit_reversed", True):
+        return "its default is a TableSequence without bit_reversed=True, a plain counter"
+    if isinstance(owner, itertools.count):
+        return "its default is an itertools.count counter"
+    return None
+
+
 def monotonic_reason(col: Column[Any]) -> str | None:
-    """Why ``col`` grows with time, or None."""
+    """Why ``col`` grows (or shrinks) with time, or None."""
     if is_shard_column(col):
         return None
     if _is_time(col):
         return f"{type(_base_type(col)).__name__} values grow with time"
-    version = _uuid_version_of_default(col)
+    version = uuid_default_version(col)
     if version in (1, 6, 7):
         return f"UUID version {version} starts with a timestamp"
     if isinstance(_base_type(col), sqltypes.Integer):
-        if isinstance(col.default, Sequence):
-            return "it is filled from a sequence counter"
-        if col.info.get("sharded_orm.sequential"):
-            return "it is marked sequential"
+        return counter_reason(col)
     return None
 
 
+def index_parts(index: Index) -> list[tuple[Column[Any], bool]]:
+    """(column, descending) for each part of ``index``, names in ``desc("x")`` resolved."""
+    table = index.table
+    parts = []
+    for expr in index.expressions:
+        desc = isinstance(expr, UnaryExpression) and expr.modifier is operators.desc_op
+        col: Any = expr.element if isinstance(expr, UnaryExpression) else expr
+        if isinstance(col, _textual_label_reference) and table is not None:
+            name = str(col.element)
+            col = table.c.get(name)
+            if col is None:
+                col = next((c for c in table.columns if c.name == name), None)
+        if not isinstance(col, Column):
+            raise ShardConfigError(f"index {index.name} has a part that is not a column: {expr}")
+        parts.append((col, desc))
+    return parts
+
+
 def _first_column(index: Index) -> Column[Any] | None:
-    exprs = list(index.expressions)
-    if not exprs:
+    try:
+        parts = index_parts(index)
+    except ShardConfigError:
         return None
-    first = exprs[0]
-    first = first.element if isinstance(first, UnaryExpression) else first
-    return first if isinstance(first, Column) else None
+    return parts[0][0] if parts else None
 
 
 def _hashed_tables(tables: Iterable[Table]) -> set[Table]:
@@ -163,7 +222,10 @@ def lint_table(table: Table, hashed: set[Table] | None = None) -> list[Finding]:
                     f"hotspot of its own ({SEED}: indexes on monotonic columns). Lead it with a "
                     "shard column: ShardedIndex(..., shard=...).",
                 )
-        cols = list(index.columns)
+        try:
+            cols = [c for c, _ in index_parts(index)]
+        except ShardConfigError:
+            cols = list(index.columns)
         if (
             first is not None
             and not opts.get("interleave_in")
