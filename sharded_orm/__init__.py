@@ -43,7 +43,7 @@ from .keys import OrderedPrimaryKey, key_column, primary_key
 from .lint import Finding, lint
 
 # --- sharded queries ---
-from .merge import MergeStats, merged
+from .merge import MergeStats, merged, order_columns
 from .mixins import TimestampShardedMixin
 from .pagination import CursorError, Page, page, set_cursor_secret
 from .query import expand, sharded_select
@@ -80,6 +80,7 @@ __all__ = [
     "Page",
     "expand",
     "merged",
+    "order_columns",
     "page",
     "set_cursor_secret",
     "sharded_select",

@@ -21,7 +21,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from sqlalchemy import Column, Index, Table
+from sqlalchemy import Column, Index, Table, event, exc
+from sqlalchemy.orm import Mapper
 from sqlalchemy.sql import operators
 from sqlalchemy.sql.elements import ColumnElement, UnaryExpression, _textual_label_reference
 
@@ -125,17 +126,32 @@ class ShardedIndex(Index):
         super().__init__(name, shard, *parts, unique=unique, **spanner_kw, **kwargs)
 
     def _set_parent(self, parent: Any, **kw: Any) -> None:
-        super()._set_parent(parent, **kw)
+        try:
+            super()._set_parent(parent, **kw)
+        except exc.ConstraintColumnNotFoundError as e:
+            # SQLAlchemy resolves names by column key, which declarative sets to the SQL name
+            missing = e.__cause__.args[0] if isinstance(e.__cause__, KeyError) else None
+            raise ShardConfigError(self._missing_message(parent, missing)) from e
         if not isinstance(parent, Table):
             return
         table = parent
         # names given with desc("ts"): SQLAlchemy resolved the name; restore the direction
         self._validate(table)
+        self._check_unique(table, deferrable=True)
         exprs: list[Any] = list(self.expressions)
         for i, (ref, desc) in enumerate(self._parts, start=1):
             if desc and isinstance(ref, str):
                 exprs[i] = self._column(table, ref).desc()
         self.expressions = self._table_bound_expressions = exprs
+
+    def _missing_message(self, table: Any, missing: Any) -> str:
+        columns = ", ".join(c.name for c in getattr(table, "columns", ()))
+        what = f"shard={missing!r}" if missing == self.shard_name else repr(missing)
+        return (
+            f"ShardedIndex {self.name!r}: {what} is not a column of table "
+            f"{getattr(table, 'name', table)!r} (columns: {columns}). Name columns by their "
+            "SQL name (not the ORM attribute name), or pass the column itself."
+        )
 
     @staticmethod
     def _column(table: Table, name: str) -> Column[Any]:
@@ -201,3 +217,40 @@ class ShardedIndex(Index):
                     f"ShardedIndex {self.name!r}: {n!r} is an indexed column; "
                     "remove it from storing"
                 )
+
+    def _check_unique(self, table: Table, *, deferrable: bool = False) -> None:
+        """UNIQUE on (shard, cols) means UNIQUE on cols only if the shard follows from them.
+
+        It does when the shard's sources are all indexed, or when the indexed columns hold
+        the whole primary key (already unique). Otherwise two rows with equal ``cols`` but
+        different shards would both be accepted: uniqueness per shard only.
+        """
+        if not self.unique:
+            return
+        try:
+            sources = get_shard_column(table, self.shard_name).sources
+        except ShardConfigError:
+            if deferrable:  # sources named by ORM attribute: checked once the class is mapped
+                return
+            raise
+        indexed = set(self.columns)
+        if set(sources) <= indexed or set(table.primary_key.columns) <= indexed:
+            return
+        missing = ", ".join(c.name for c in sources if c not in indexed)
+        raise ShardConfigError(
+            f"ShardedIndex {self.name!r}: unique=True would enforce uniqueness only within each "
+            f"shard, because shard column {self.shard_name!r} is computed from columns the index "
+            f"does not hold ({missing}). Lead it with a shard column computed from indexed "
+            "columns only, e.g. shard_column(<the unique columns>, count=N), or drop unique."
+        )
+
+
+def _check_mapped_indexes(mapper: Any, class_: Any) -> None:
+    table = mapper.local_table
+    if isinstance(table, Table):
+        for index in table.indexes:
+            if isinstance(index, ShardedIndex):
+                index._check_unique(table)
+
+
+event.listen(Mapper, "after_mapper_constructed", _check_mapped_indexes)

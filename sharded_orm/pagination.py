@@ -27,9 +27,10 @@ from decimal import Decimal
 from typing import Any
 
 from sqlalchemy.engine import Connection
+from sqlalchemy.orm import Session
 
 from .errors import ShardingError
-from .merge import MergeStats, merged
+from .merge import MergeStats, merge_rows, order_columns
 from .query import check_positive_int, plan_of
 
 
@@ -43,6 +44,8 @@ _secret: bytes = os.environ.get("SHARDED_ORM_CURSOR_SECRET", "").encode() or os.
 def set_cursor_secret(secret: bytes | str) -> None:
     """The key cursors are signed with; share it between processes that serve pages."""
     global _secret
+    if not isinstance(secret, (str, bytes)):
+        raise CursorError(f"a cursor secret is str or bytes, got {type(secret).__name__}")
     raw = secret.encode() if isinstance(secret, str) else secret
     if len(raw) < 16:
         raise CursorError("a cursor secret needs at least 16 bytes")
@@ -56,6 +59,8 @@ def _encode_value(v: Any) -> list[Any]:
         return ["b", v]
     if isinstance(v, int):
         return ["i", str(v)]
+    if isinstance(v, float):
+        return ["f", repr(v)]
     if isinstance(v, str):
         return ["s", v]
     if isinstance(v, dt.datetime):
@@ -95,6 +100,7 @@ def _decode_value(item: list[Any]) -> Any:
         "n": lambda r: None,
         "b": bool,
         "i": int,
+        "f": float,
         "s": str,
         "d": dt.date.fromisoformat,
         "m": Decimal,
@@ -141,22 +147,27 @@ def decode_cursor(stmt: Any, cursor: str) -> list[Any]:
 
 @dataclass
 class Page:
+    """One page: its rows (or entities), and the cursor of the next page (None at the end)."""
+
     rows: list[Any]
     next_cursor: str | None
     stats: MergeStats
 
 
-def page(conn: Connection, stmt: Any, page_size: int, cursor: str | None = None) -> Page:
-    """One page of a ``sharded_select``; pass ``next_cursor`` back for the next one."""
-    plan = plan_of(stmt)
-    if plan is None:
+def page(conn: Connection | Session, stmt: Any, page_size: int, cursor: str | None = None) -> Page:
+    """One page of a ``sharded_select``; pass ``next_cursor`` back for the next one.
+
+    Reads one row more than the page to know whether another page follows, so
+    ``next_cursor`` is None exactly when no row sorted after this page when it was read.
+    """
+    if plan_of(stmt) is None:
         raise CursorError("page() needs a statement made by sharded_select(...)")
     check_positive_int(page_size, "page_size")
     after = decode_cursor(stmt, cursor) if cursor is not None else None
+    if after is not None and len(after) != len(order_columns(stmt)):
+        raise CursorError("this cursor does not fit this query's order; start over")
     stats = MergeStats()
-    rows = merged(conn, stmt, page_size, after=after, stats=stats)
-    next_cursor = None
-    if len(rows) == page_size:
-        last = rows[-1]._mapping
-        next_cursor = encode_cursor(stmt, [last[c.key] for c, _ in plan.sort_columns])
+    got = merge_rows(conn, stmt, page_size + 1, after, stats)
+    rows = [row for _, row in got[:page_size]]
+    next_cursor = encode_cursor(stmt, got[page_size - 1][0]) if len(got) > page_size else None
     return Page(rows, next_cursor, stats)

@@ -25,20 +25,28 @@ from sqlalchemy.sql.elements import UnaryExpression
 
 from .columns import ShardColumn, get_shard_column, is_shard_column, table_of
 from .errors import ShardConfigError, ShardTypeError
-from .spanner import is_spanner
 
 OPTION = "sharded_orm_plan"
-_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 
 
 def check_identifier(name: object, what: str = "index name") -> str:
     """Refuse anything that is not a plain identifier: hints are pasted into SQL text."""
-    if not isinstance(name, str) or not _IDENTIFIER.match(name):
+    if not isinstance(name, str) or not _IDENTIFIER.fullmatch(name):
         raise ShardConfigError(
             f"{what} {name!r} is not a plain identifier (letters, digits, _; not starting with "
             "a digit); it would be written into the SQL as is, so it is refused"
         )
     return name
+
+
+def check_positive_int(value: object, what: str) -> int:
+    """A count the caller gave: an int (not a bool) of at least 1."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ShardTypeError(f"{what} must be a positive int, got {value!r}")
+    if value <= 0:
+        raise ShardConfigError(f"{what} must be at least 1, got {value}")
+    return value
 
 
 @dataclass(frozen=True)
@@ -53,28 +61,37 @@ class ShardPlan:
 
     @property
     def sort_columns(self) -> list[tuple[Any, bool]]:
-        """The index ordering followed by the key columns it doesn't already hold."""
+        """The index ordering followed by the key columns it doesn't already hold.
+
+        That is the order Spanner keeps index entries in within one shard (an index
+        entry carries the key, ascending), and it is total: no two rows tie.
+        """
         seen = {c for c, _ in self.ordering}
         return list(self.ordering) + [(c, False) for c in self.key if c not in seen]
 
 
+def _split(expr: Any) -> tuple[Any, bool]:
+    """(column, descending) of one index expression."""
+    if isinstance(expr, UnaryExpression) and expr.modifier in (operators.desc_op, operators.asc_op):
+        return expr.element, expr.modifier is operators.desc_op
+    return expr, False
+
+
 def _plan_for_index(table: Table, index: Index) -> ShardPlan:
-    cols = list(index.expressions)
-    first: Any = cols[0].element if isinstance(cols[0], UnaryExpression) else cols[0]
+    # Read generically (any Index led by a shard column works, not only ShardedIndex):
+    # first expression = the shard, the rest = the ordering, DESC from the modifier.
+    parts = [_split(e) for e in index.expressions]
+    first, _ = parts[0]
     if not is_shard_column(first):
         raise ShardConfigError(
             f"index {index.name!r} of {table.name!r} is not led by a shard column; "
             "use a ShardedIndex (or an index whose first column is a shard_column)"
         )
-    ordering = []
-    for expr in cols[1:]:
-        desc = isinstance(expr, UnaryExpression) and expr.modifier is operators.desc_op
-        ordering.append((expr.element if isinstance(expr, UnaryExpression) else expr, desc))
     return ShardPlan(
         table,
         get_shard_column(table, first.key),
         str(index.name),
-        tuple(ordering),
+        tuple(parts[1:]),
         tuple(table.primary_key.columns),
     )
 
@@ -93,6 +110,7 @@ def _plan_for_key(table: Table) -> ShardPlan:
 
 
 def plan_for(entity: Any, index: str | None = None) -> ShardPlan:
+    """The fan-out plan of ``entity`` through ``index`` (or its primary key)."""
     table = table_of(entity)
     if index is None:
         return _plan_for_key(table)
@@ -107,17 +125,28 @@ def plan_for(entity: Any, index: str | None = None) -> ShardPlan:
 
 
 def sharded_select(entity: Any, *, index: str | None = None) -> Select[Any]:
-    """``select(entity)`` that fans out over the shards of ``index`` (or of the key)."""
-    plan = plan_for(entity, index)
+    """``select(entity)`` that fans out over the shards of ``index`` (or of the key).
+
+    ``entity`` is a mapped class or a ``Table``; ``index`` names an index of its table
+    led by a shard column. The result is a plain ``Select``: add ``.where()``,
+    ``.order_by()``, ``.limit()``, execute it, or hand it to ``merged`` / ``page``.
+    """
     if isinstance(entity, Table):
-        stmt = select(entity)
-    else:
-        insp = inspect(entity, raiseerr=False)
-        stmt = select(entity if insp is not None else plan.table)
-    return stmt.execution_options(**{OPTION: plan})
+        plan = plan_for(entity, index)
+        return select(entity).execution_options(**{OPTION: plan})
+    insp = inspect(entity, raiseerr=False)
+    if not getattr(insp, "is_mapper", False):
+        # an alias would get the shard predicate on the base table: a cross join
+        alias = " (an alias: select from the class itself)" if insp is not None else ""
+        raise ShardTypeError(
+            f"sharded_select takes a mapped class or a Table, got {entity!r}{alias}"
+        )
+    plan = plan_for(entity, index)
+    return select(entity).execution_options(**{OPTION: plan})
 
 
 def plan_of(stmt: Any) -> ShardPlan | None:
+    """The plan ``sharded_select`` attached to ``stmt``, or None for any other statement."""
     opts = getattr(stmt, "_execution_options", None)
     return opts.get(OPTION) if opts else None
 
@@ -138,23 +167,30 @@ def point_shard(plan: ShardPlan, stmt: Any, params: dict[str, Any] | None = None
     return plan.shard.compute(values)
 
 
-def expand(stmt: Any, dialect: Any = None, params: dict[str, Any] | None = None) -> Any:
-    """The statement as it runs: shard predicate added, FORCE_INDEX hint on Spanner."""
+def expand(
+    stmt: Any,
+    dialect: Any = None,
+    params: dict[str, Any] | None = None,
+    *,
+    shard: int | None = None,
+) -> Any:
+    """The statement as it runs: shard predicate added, FORCE_INDEX hint on Spanner.
+
+    ``shard`` restricts it to one shard (what the merge sends per branch); otherwise a
+    point lookup reads its one shard and anything else the whole range.
+    """
+    from .spanner import is_spanner
+
     plan = plan_of(stmt)
     if plan is None:
         return stmt
     col = plan.shard.column
-    k = point_shard(plan, stmt, params)
+    k = shard if shard is not None else point_shard(plan, stmt, params)
     cond = col == k if k is not None else col.between(0, plan.shard.count - 1)
     new = stmt.where(cond).execution_options(**{OPTION: None})
     if plan.index_name is not None and dialect is not None and is_spanner(dialect):
-        new = new.with_hint(plan.table, f"@{{FORCE_INDEX={plan.index_name}}}", "spanner")
+        # Keyed by this dialect's own name, so the hint renders whatever name the dialect
+        # registered under (the stock one drops hints given as plain "spanner").
+        hint = f"@{{FORCE_INDEX={check_identifier(plan.index_name)}}}"
+        new = new.with_hint(plan.table, hint, dialect.name)
     return new
-
-
-def check_positive_int(value: object, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ShardTypeError(f"{what} must be a positive int, got {value!r}")
-    if value <= 0:
-        raise ShardConfigError(f"{what} must be at least 1, got {value}")
-    return value

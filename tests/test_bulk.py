@@ -175,11 +175,20 @@ def test_progress_is_quiet_off_a_terminal(capsys: pytest.CaptureFixture[str]) ->
         (entries(1), {"workers": 1.5}, ShardTypeError, "workers"),
         (entries(1), {"mode": "upsert"}, ShardConfigError, "mode must be"),
         (
-            [{"company_id": "a", "user_id": "u", "ts": T0, "entry": "x" * 5000}],
-            {"batch_bytes": 1000},
+            entries(2) + [{"company_id": "a", "user_id": "u", "ts": T0, "entry": "x" * 1000}],
+            {"batch_bytes": 500},
             BulkValidationError,
-            "larger than one commit",
+            "row 2: about 1.* bytes: larger than one commit",
         ),
+        (
+            [{"company_id": "a", "user_id": "u", "ts": T0, "entry": "x" * 1025}],
+            {},
+            BulkValidationError,
+            "row 0: column 'LogEntry' holds at most 1024 characters",
+        ),
+        (entries(1), {"batch_bytes": "4MB"}, ShardTypeError, "batch_bytes"),
+        (entries(1), {"max_retries": -1}, ShardConfigError, "max_retries"),
+        ([("a", "u", T0)], {}, BulkValidationError, "row 0: rows are mappings"),
         (
             [{"company_id": "a", "user_id": "u", "ts": T0, "nope": 1}],
             {},
@@ -222,3 +231,38 @@ def test_deferred_indexes_on_the_emulator(spanner_engine: sa.Engine) -> None:
             .all()
         )
     assert names == ["LogEntriesByCompany"]
+
+
+def test_failed_load_with_deferred_indexes_is_finished_by_the_rerun() -> None:
+    eng = sa.create_engine("sqlite://")
+    Sharded.metadata.create_all(eng)
+    rows = entries(500)
+    bulk_load(eng, LogEntry, rows[250:260])  # these make a plain insert fail midway
+    with pytest.raises(BulkLoadError, match="LogEntriesByCompany are dropped") as info:
+        bulk_load(eng, LogEntry, rows, defer_indexes=True)
+    report = info.value.report
+    assert report.dropped_indexes == ["LogEntriesByCompany"] and not report.complete
+    assert sa.inspect(eng).get_indexes("LogEntries") == []
+    again = bulk_load(eng, LogEntry, rows, mode="insert_or_update", defer_indexes=True)
+    assert again.complete and again.dropped_indexes == []
+    assert [ix["name"] for ix in sa.inspect(eng).get_indexes("LogEntries")] == [
+        "LogEntriesByCompany"
+    ]
+    assert stored(eng) == expected(rows)
+
+
+def test_deferred_indexes_need_an_engine() -> None:
+    class Database:  # what a google-cloud-spanner Database looks like to bulk_load
+        def batch(self) -> Any:
+            raise AssertionError("nothing may be written")
+
+    with pytest.raises(ShardConfigError, match="pass an Engine"):
+        bulk_load(Database(), LogEntry, entries(5), defer_indexes=True)
+
+
+def test_no_write_stream_runs_in_key_order() -> None:
+    eng = sa.create_engine("sqlite://")
+    Sharded.metadata.create_all(eng)
+    report = bulk_load(eng, LogEntry, entries(4000), workers=4, batch_bytes=5_000)
+    for ranges in report.write_order.values():
+        assert len(ranges) >= 10 and ranges != sorted(ranges)

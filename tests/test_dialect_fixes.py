@@ -7,9 +7,12 @@ When one fails, upstream fixed it: drop our fix and its test.
 from __future__ import annotations
 
 import warnings
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from google.api_core.exceptions import GoogleAPICallError, NotFound
+from google.cloud.spanner_dbapi import exceptions as dbapi_exceptions
 from google.cloud.sqlalchemy_spanner import sqlalchemy_spanner as stock
 from sqlalchemy.schema import CreateIndex, CreateTable
 
@@ -105,3 +108,50 @@ def test_bytes_and_hints_on_the_emulator(spanner_engine: sa.Engine) -> None:
         bad = sa.select(t.c.id).with_hint(t, "@{FORCE_INDEX=no_such_index}", "spanner")
         with pytest.raises(sa.exc.DBAPIError):
             conn.execute(bad).all()  # the hint really reached Spanner
+
+
+def _insert(engine: sa.Engine) -> sa.Insert:
+    t = sa.Table("t", sa.MetaData(), sa.Column("id", sa.BigInteger, primary_key=True))
+    return t.insert().values(id=1)
+
+
+@pytest.mark.parametrize(
+    ("method", "code", "error"),
+    [
+        ("Commit", "NOT_FOUND", sa.exc.IntegrityError),
+        ("ExecuteStreamingSql", "NOT_FOUND", sa.exc.IntegrityError),
+        ("Commit", "PERMISSION_DENIED", sa.exc.OperationalError),
+    ],
+)
+def test_client_errors_reach_sqlalchemy_as_dbapi_errors(
+    mock_spanner: Any, method: str, code: str, error: type[Exception]
+) -> None:
+    engine = mock_spanner.engine()
+    insert = _insert(engine)
+    mock_spanner.add_update_count(str(insert.compile(engine)), 1)
+    mock_spanner.add_error(method, code, "refused by the test", times=2)
+    with pytest.raises(error, match="refused by the test") as caught, engine.begin() as conn:
+        conn.execute(insert)
+    assert isinstance(caught.value, sa.exc.DBAPIError)
+    assert isinstance(caught.value.orig.__cause__, GoogleAPICallError)
+    engine.dispose()
+
+
+@pytest.mark.parametrize("method", ["Commit", "ExecuteStreamingSql"])
+def test_upstream_dbapi_lets_not_found_escape_unmapped(mock_spanner: Any, method: str) -> None:
+    engine = mock_spanner.engine()
+    insert = _insert(engine)
+    sql = str(insert.compile(engine))
+    mock_spanner.add_update_count(sql, 1)
+    mock_spanner.add_error(method, "NOT_FOUND", "refused by the test", times=2)
+    raw = engine.raw_connection()
+    try:
+        dbapi_conn = raw.driver_connection
+        with pytest.raises(NotFound) as caught:
+            cursor = dbapi_conn.cursor()
+            cursor.execute(sql, {"a0": 1})
+            dbapi_conn.commit()
+        assert not isinstance(caught.value, dbapi_exceptions.Error)
+    finally:
+        raw.close()
+        engine.dispose()

@@ -139,6 +139,120 @@ def test_seed_schemas_work_on_sqlite_and_spanner(engine: sa.Engine) -> None:
         assert sorted(accesses) == [T0, T0 + dt.timedelta(hours=1)]
 
 
+def sqlite_index(engine: sa.Engine, index: str) -> list[tuple[str, bool]]:
+    """(column, descending) of an SQLite index, key columns only, in order."""
+    rows = _q(engine, f"PRAGMA index_xinfo('{index}')")
+    return [(name, bool(desc)) for _, _, name, desc, _, is_key in rows if is_key]
+
+
+def test_seed_schemas_on_sqlite() -> None:
+    e = sa.create_engine("sqlite://")
+    Sharded.metadata.create_all(e)
+    # primary keys (SQLite's automatic index), in order, with directions
+    assert sqlite_index(e, "sqlite_autoindex_Events_1") == [
+        ("ShardId", False),
+        ("Timestamp", True),
+        ("EventId", False),
+    ]
+    assert sqlite_index(e, "sqlite_autoindex_Users_1") == [
+        ("UserId", False),
+        ("LastAccessTimestamp", True),
+    ]
+    assert sqlite_index(e, "sqlite_autoindex_UserSessions_1") == [
+        ("UserId", False),
+        ("LastAccessTimestamp", True),
+        ("SessionId", False),
+    ]
+    # sharded indexes: same columns and directions; Spanner-only clauses left out
+    assert sqlite_index(e, "LogEntriesByCompany") == [
+        ("EntryShardId", False),
+        ("CompanyId", False),
+        ("Timestamp", True),
+    ]
+    assert sqlite_index(e, "EventsByKind") == [
+        ("ShardId", False),
+        ("Kind", False),
+        ("Timestamp", True),
+    ]
+    assert sqlite_index(e, "SessionsByDevice") == [("DeviceShard", False), ("Device", False)]
+    assert sqlite_index(e, "BucketedEventsByKind") == [("ShardId", False), ("Kind", False)]
+    e.dispose()
+
+
+def test_sharded_index_with_core_tables_and_attributes() -> None:
+    from sqlalchemy.dialects import sqlite
+    from sqlalchemy.schema import CreateIndex
+
+    from sharded_orm.spanner.dialect import SpannerDialect
+
+    def ddl(ix: sa.Index) -> tuple[str, str]:
+        return (
+            str(CreateIndex(ix).compile(dialect=SpannerDialect())),
+            str(CreateIndex(ix).compile(dialect=sqlite.dialect())),
+        )
+
+    # Table(...), the index among its arguments
+    t = sa.Table(
+        "Logs",
+        sa.MetaData(),
+        sa.Column("Id", sa.Integer, primary_key=True, autoincrement=False),
+        sa.Column("Company", sa.String(10)),
+        sa.Column("Ts", UTCDateTime),
+        sa.Column("Body", sa.String(10)),
+        shard_column("Company", "Ts", count=8, name="S").column,
+        ShardedIndex("ix1", "Company", sa.desc("Ts"), shard="S", storing=["Body"]),
+    )
+    assert ddl(next(iter(t.indexes))) == (
+        "CREATE INDEX ix1 ON `Logs` (`S`, `Company`, `Ts` DESC) STORING (`Body`)",
+        'CREATE INDEX ix1 ON "Logs" ("S", "Company", "Ts" DESC)',
+    )
+    # Column objects, attached by them
+    ix2 = ShardedIndex("ix2", t.c.Company, t.c.Ts.desc(), shard=t.c.S, unique=True)
+    assert ix2.table is t and ix2.shard_column.count == 8
+    assert ddl(ix2)[0] == "CREATE UNIQUE INDEX ix2 ON `Logs` (`S`, `Company`, `Ts` DESC)"
+
+    class B(DeclarativeBase):
+        pass
+
+    class Log(B):
+        __tablename__ = "Log"
+        id: Mapped[int] = mapped_column("Id", primary_key=True, autoincrement=False)
+        company: Mapped[str] = mapped_column("Company", sa.String(10))
+        ts: Mapped[dt.datetime] = mapped_column("Ts", UTCDateTime)
+        body: Mapped[str] = mapped_column("Body", sa.String(10))
+        s: Mapped[int] = shard_column("company", count=4, name="Shard")
+        # the class body's own mapped columns, by object
+        __table_args__ = (ShardedIndex("LogByCompany", company, sa.desc(ts), shard=s),)
+
+    assert ddl(next(iter(Log.__table__.indexes)))[0] == (
+        "CREATE INDEX `LogByCompany` ON `Log` (`Shard`, `Company`, `Ts` DESC)"
+    )
+    # ORM attributes, once mapped
+    ix3 = ShardedIndex("ix3", Log.company, Log.ts.desc(), shard=Log.s, storing=[Log.body])
+    assert ix3.table is Log.__table__
+    assert ddl(ix3)[0] == (
+        "CREATE INDEX ix3 ON `Log` (`Shard`, `Company`, `Ts` DESC) STORING (`Body`)"
+    )
+    assert [(c.name, d) for c, d in ix3.ordering] == [("Company", False), ("Ts", True)]
+
+
+@pytest.mark.emulator
+def test_interleaved_children_need_their_parent_and_go_with_it(spanner_engine: sa.Engine) -> None:
+    Sharded.metadata.create_all(spanner_engine)
+    with Session(spanner_engine) as s:
+        s.add(User(user_id=1, last_access=T0))
+        s.flush()
+        s.add(UserSession(user_id=1, last_access=T0, session_id="s1"))
+        s.commit()
+    with Session(spanner_engine) as s, pytest.raises(sa.exc.IntegrityError, match="parent"):
+        s.add(UserSession(user_id=2, last_access=T0, session_id="orphan"))  # no user 2
+        s.commit()
+    with Session(spanner_engine) as s:
+        s.execute(sa.delete(User).where(User.user_id == 1))
+        s.commit()
+        assert s.scalars(sa.select(UserSession.session_id)).all() == []  # ON DELETE CASCADE
+
+
 def test_mixin_defaults_and_configuration() -> None:
     class B(DeclarativeBase):
         pass
@@ -202,7 +316,8 @@ def _model(*table_args: Any, extra: dict[str, Any] | None = None) -> type:
     ("index", "error", "message"),
     [
         (lambda: ShardedIndex("ix", "ts", shard="plain"), ShardConfigError, "not a shard column"),
-        (lambda: ShardedIndex("ix", "ts", shard="nope"), Exception, "nope"),
+        (lambda: ShardedIndex("ix", "ts", shard="nope"), ShardConfigError, "shard='nope' is not a"),
+        (lambda: ShardedIndex("ix", "nope", shard="s"), ShardConfigError, "'nope' is not a column"),
         (
             lambda: ShardedIndex("ix", "s", "ts", shard="s"),
             ShardConfigError,
@@ -235,6 +350,54 @@ def _model(*table_args: Any, extra: dict[str, Any] | None = None) -> type:
 def test_bad_sharded_indexes(index: Any, error: type[Exception], message: str) -> None:
     with pytest.raises(error, match=message):
         _model(index())
+
+
+def test_unique_sharded_index_must_be_unique_across_shards() -> None:
+    # the shard of (s, ts) is computed from "a", which the index does not hold: two rows
+    # with the same ts in different shards would both pass
+    with pytest.raises(ShardConfigError, match="only within each shard"):
+        _model(ShardedIndex("ix", "ts", shard="s", unique=True))
+    # sources named by ORM attribute are only known once mapped: checked then
+    with pytest.raises(ShardConfigError, match=r"only within each shard.*\(Org\)"):
+
+        class B(DeclarativeBase):
+            pass
+
+        class Member(B):
+            __tablename__ = "Members"
+            id: Mapped[int] = mapped_column("Id", primary_key=True)
+            org: Mapped[str] = mapped_column("Org", sa.String(10))
+            email: Mapped[str] = mapped_column("Email", sa.String(10))
+            shard: Mapped[int] = shard_column("org", count=4, name="S")
+            __table_args__ = (ShardedIndex("ux", "Email", shard="S", unique=True),)
+
+    # fine: the shard follows from the indexed columns, or the key is indexed
+    _model(ShardedIndex("ix", "a", "ts", shard="s", unique=True))
+    _model(ShardedIndex("ix", "id", shard="s", unique=True))
+
+
+def test_unique_sharded_index_rejects_duplicates(engine: sa.Engine) -> None:
+    class B(DeclarativeBase):
+        pass
+
+    class Account(B):
+        __tablename__ = "Accounts"
+        id: Mapped[int] = mapped_column("Id", sa.BigInteger, primary_key=True, autoincrement=False)
+        email: Mapped[str] = mapped_column("Email", sa.String(64))
+        shard: Mapped[int] = shard_column("email", count=4, name="EmailShard")
+        __table_args__ = (
+            ShardedIndex("AccountsByEmail", "Email", shard="EmailShard", unique=True),
+        )
+
+    B.metadata.create_all(engine)
+    with Session(engine) as s:
+        s.add(Account(id=1, email="ada@example.com"))
+        s.commit()
+    with Session(engine) as s, pytest.raises(sa.exc.DBAPIError):
+        s.add(Account(id=2, email="ada@example.com"))
+        s.commit()
+    with Session(engine) as s:
+        assert s.scalars(sa.select(Account.id)).all() == [1]
 
 
 def test_interleave_parent_key_must_be_a_prefix(engine: sa.Engine) -> None:

@@ -22,14 +22,24 @@ Fixes (sqlalchemy-spanner 1.20):
    set.
 5. ``BYTES`` values come back base64-encoded from the Spanner client; ``LargeBinary`` now
    returns the original bytes.
+6. The DB-API maps only some of the client's errors, and none raised at commit: a child
+   row whose interleave parent is missing fails with a bare ``google.api_core``
+   ``NotFound``, which SQLAlchemy cannot wrap, so ``except sa.exc.IntegrityError`` (or
+   ``DBAPIError``) misses it. We raise the DB-API's own class instead (constraint
+   failures as ``IntegrityError``, bad statements as ``ProgrammingError``, the rest as
+   ``OperationalError``), with the client's error as ``__cause__``.
 """
 
 from __future__ import annotations
 
 import base64
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
+from google.api_core import exceptions as _api
+from google.cloud.spanner_dbapi import exceptions as _dbapi
 from google.cloud.sqlalchemy_spanner import sqlalchemy_spanner as _stock
 from sqlalchemy import Index, LargeBinary, Table
 from sqlalchemy.engine import Dialect
@@ -100,6 +110,27 @@ class _Base64Bytes(LargeBinary):
         return process
 
 
+#: Client errors that mean a constraint said no (missing interleave parent, duplicate key,
+#: a check or foreign key, a value out of range).
+_INTEGRITY = (_api.NotFound, _api.AlreadyExists, _api.FailedPrecondition, _api.OutOfRange)
+
+
+@contextmanager
+def _dbapi_errors() -> Iterator[None]:
+    """Raise the client's bare errors as the DB-API's classes, so SQLAlchemy wraps them."""
+    try:
+        yield
+    except _api.GoogleAPICallError as e:
+        cls: type[Exception]
+        if isinstance(e, _INTEGRITY):
+            cls = _dbapi.IntegrityError
+        elif isinstance(e, _api.InvalidArgument):
+            cls = _dbapi.ProgrammingError
+        else:
+            cls = _dbapi.OperationalError
+        raise cls(getattr(e, "message", None) or str(e)) from e
+
+
 class SpannerDialect(_stock.SpannerDialect):  # type: ignore[misc]
     """sqlalchemy-spanner's dialect with sharded-orm's fixes (see the module docstring)."""
 
@@ -115,3 +146,21 @@ class SpannerDialect(_stock.SpannerDialect):  # type: ignore[misc]
     @classmethod
     def import_dbapi(cls) -> Any:
         return _stock.SpannerDialect.import_dbapi()
+
+    def do_execute(self, cursor: Any, statement: Any, parameters: Any, context: Any = None) -> None:
+        with _dbapi_errors():
+            super().do_execute(cursor, statement, parameters, context)
+
+    def do_executemany(
+        self, cursor: Any, statement: Any, parameters: Any, context: Any = None
+    ) -> None:
+        with _dbapi_errors():
+            super().do_executemany(cursor, statement, parameters, context)
+
+    def do_execute_no_params(self, cursor: Any, statement: Any, context: Any = None) -> None:
+        with _dbapi_errors():
+            super().do_execute_no_params(cursor, statement, context)
+
+    def do_commit(self, dbapi_connection: Any) -> None:
+        with _dbapi_errors():
+            super().do_commit(dbapi_connection)

@@ -1,0 +1,226 @@
+"""merged(): how few rows it reads, and what it refuses."""
+
+from __future__ import annotations
+
+import datetime as dt
+import random
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from seed_models import LogEntry, Sharded
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+from sharded_orm import (
+    MergeStats,
+    ShardConfigError,
+    ShardedIndex,
+    ShardTypeError,
+    UTCDateTime,
+    merged,
+    page,
+    shard_column,
+    sharded_select,
+)
+from sharded_orm.merge import order_columns
+
+T0 = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
+
+
+class B(DeclarativeBase):
+    pass
+
+
+class Ev16(B):
+    __tablename__ = "ev16"
+    id: Mapped[int] = mapped_column(primary_key=True, autoincrement=False)
+    ts: Mapped[dt.datetime] = mapped_column(UTCDateTime)
+    kind: Mapped[str] = mapped_column(sa.String(8))
+    s: Mapped[int] = shard_column("id", count=16)
+    __table_args__ = (ShardedIndex("ev16_by_ts", sa.desc("ts"), shard="s"),)
+
+
+class Kind(B):
+    __tablename__ = "kinds"
+    name: Mapped[str] = mapped_column(sa.String(8), primary_key=True)
+
+
+@pytest.fixture(scope="module")
+def conn() -> Iterator[sa.Connection]:
+    eng = sa.create_engine("sqlite://")
+    B.metadata.create_all(eng)
+    Sharded.metadata.create_all(eng)
+    rng = random.Random(5)
+    with eng.begin() as c:
+        c.execute(
+            Ev16.__table__.insert(),
+            [
+                {"id": i, "ts": T0 + dt.timedelta(seconds=rng.randrange(10**6)), "kind": "a"}
+                for i in range(4000)
+            ],
+        )
+    with eng.connect() as c:
+        yield c
+    eng.dispose()
+
+
+def newest() -> Any:
+    return sharded_select(Ev16, index="ev16_by_ts").order_by(Ev16.ts.desc())
+
+
+@pytest.mark.parametrize("k", [16, 17, 50, 100, 333, 1000])
+def test_few_rows_and_statements_when_k_at_least_n(conn: sa.Connection, k: int) -> None:
+    stats = MergeStats()
+    rows = merged(conn, newest(), k, stats=stats)
+    t = Ev16.__table__
+    truth = conn.execute(sa.select(t).order_by(t.c.ts.desc(), t.c.id).limit(k)).all()
+    assert rows == truth
+    assert stats.statements <= 3
+    assert stats.rows_transferred <= 2 * k  # per-shard LIMIT k would read 16 * k
+    # round 1 asked every shard; round 2 only shards still in contention
+    assert len(stats.rounds[0]) == 16
+    assert all(n <= k for n in stats.rounds[-1].values())
+
+
+def test_below_n_every_shard_is_read_once(conn: sa.Connection) -> None:
+    stats = MergeStats()
+    merged(conn, newest(), 3, stats=stats)
+    assert stats.rounds[0] == dict.fromkeys(range(16), 1)
+    assert stats.rows_transferred <= 16 + 3
+
+
+def test_limit_from_the_statement(conn: sa.Connection) -> None:
+    assert merged(conn, newest().limit(7)) == merged(conn, newest(), 7)
+    assert len(merged(conn, newest().limit(7), 7)) == 7
+
+
+def test_after_continues_strictly_after(conn: sa.Connection) -> None:
+    first = merged(conn, newest(), 10)
+    cols = order_columns(newest())
+    assert [c.key for c, _ in cols] == ["ts", "id"]
+    last = [first[-1].ts, first[-1].id]
+    assert merged(conn, newest(), 5, after=last) == merged(conn, newest(), 15)[10:]
+
+
+def test_order_columns_leave_out_pinned_ones() -> None:
+    stmt = sharded_select(LogEntry, index="LogEntriesByCompany")
+    t = LogEntry.__table__
+    assert order_columns(stmt) == [
+        (t.c.CompanyId, False),
+        (t.c.Timestamp, True),
+        (t.c.UserId, False),
+    ]
+    pinned = stmt.where(LogEntry.company_id == "Acme")
+    assert order_columns(pinned) == [(t.c.Timestamp, True), (t.c.UserId, False)]
+    # a pinned column may be named in ORDER BY or not
+    order_columns(pinned.order_by(LogEntry.company_id, LogEntry.ts.desc()))
+    order_columns(pinned.order_by(LogEntry.ts.desc(), LogEntry.user_id))
+
+
+# ----------------------------------------------------------------------------- bad input
+
+
+@pytest.mark.parametrize(
+    "order",
+    [
+        lambda: [Ev16.kind],  # not in the index
+        lambda: [Ev16.ts],  # ascending, the index is DESC
+        lambda: [Ev16.id],  # the key, but after ts
+        lambda: [Ev16.ts.desc(), Ev16.id.desc()],  # tie-break the wrong way
+        lambda: [sa.func.lower(Ev16.kind)],
+    ],
+)
+def test_orders_the_index_cannot_serve(conn: sa.Connection, order: Any) -> None:
+    stmt = sharded_select(Ev16, index="ev16_by_ts").order_by(*order())
+    with pytest.raises(ShardConfigError, match=r"ORDER BY cannot be served.*\(ts DESC, id\)"):
+        merged(conn, stmt, 5)
+    with pytest.raises(ShardConfigError, match="ORDER BY cannot be served"):
+        page(conn, stmt, 5)
+
+
+def test_unpinned_leading_column_must_lead_the_order() -> None:
+    stmt = sharded_select(LogEntry, index="LogEntriesByCompany").order_by(LogEntry.ts.desc())
+    with pytest.raises(ShardConfigError, match=r"serves \(CompanyId, Timestamp DESC, UserId\)"):
+        order_columns(stmt)
+
+
+@pytest.mark.parametrize(
+    ("limit", "error"),
+    [
+        (0, ShardConfigError),
+        (-3, ShardConfigError),
+        (2.5, ShardTypeError),
+        (True, ShardTypeError),
+        ("5", ShardTypeError),
+    ],
+)
+def test_bad_limits(conn: sa.Connection, limit: Any, error: type[Exception]) -> None:
+    with pytest.raises(error, match="limit"):
+        merged(conn, newest(), limit)
+    with pytest.raises(error, match="page_size"):
+        page(conn, newest(), limit)
+
+
+def test_limit_missing_or_contradicting(conn: sa.Connection) -> None:
+    with pytest.raises(ShardTypeError, match=r"give limit, or \.limit\(n\)"):
+        merged(conn, newest())
+    with pytest.raises(ShardConfigError, match=r"limit=5 disagrees with the statement's \.limit"):
+        merged(conn, newest().limit(3), 5)
+
+
+@pytest.mark.parametrize(
+    ("change", "what"),
+    [
+        (lambda s: s.offset(3), "OFFSET"),
+        (lambda s: s.distinct(), "DISTINCT"),
+        (lambda s: s.group_by(Ev16.id), "GROUP BY"),
+        (lambda s: s.join(Kind, Kind.name == Ev16.kind), "a join"),
+        (lambda s: s.where(Kind.name == Ev16.kind), "also selects from 'kinds'"),
+    ],
+)
+def test_statements_the_merge_cannot_honour(conn: sa.Connection, change: Any, what: str) -> None:
+    with pytest.raises(ShardConfigError, match=what):
+        merged(conn, change(newest()), 5)
+
+
+def test_only_sharded_selects(conn: sa.Connection) -> None:
+    with pytest.raises(ShardConfigError, match=r"needs a statement made by sharded_select"):
+        merged(conn, sa.select(Ev16), 5)
+
+
+def test_after_of_the_wrong_length(conn: sa.Connection) -> None:
+    with pytest.raises(ShardConfigError, match="orders by 2 columns"):
+        merged(conn, newest(), 5, after=[T0])
+
+
+# ----------------------------------------------------------------------------- many shards
+
+
+class Ev64(B):
+    __tablename__ = "ev64"
+    id: Mapped[int] = mapped_column(primary_key=True, autoincrement=False)
+    ts: Mapped[dt.datetime] = mapped_column(UTCDateTime)
+    s: Mapped[int] = shard_column("id", count=64)
+    __table_args__ = (ShardedIndex("ev64_by_ts", sa.desc("ts"), shard="s"),)
+
+
+@pytest.mark.emulator
+def test_many_shards_on_the_emulator(spanner_engine: sa.Engine) -> None:
+    # 64 branches with keyset bounds exceed the 10,000 tokens the Spanner DB-API's
+    # sqlparse accepts in one statement: the merge splits them
+    Ev64.__table__.create(spanner_engine)
+    rng = random.Random(3)
+    with spanner_engine.begin() as c:
+        c.execute(
+            Ev64.__table__.insert(),
+            [{"id": i, "ts": T0 + dt.timedelta(seconds=rng.randrange(50))} for i in range(300)],
+        )
+    t = Ev64.__table__
+    with spanner_engine.connect() as c:
+        truth = c.execute(sa.select(t).order_by(t.c.ts.desc(), t.c.id).limit(64)).all()
+        stats = MergeStats()
+        got = merged(c, sharded_select(Ev64, index="ev64_by_ts"), 64, stats=stats)
+    assert [tuple(r) for r in got] == [tuple(r) for r in truth]
+    assert len(stats.rounds) >= 2 and stats.statements > len(stats.rounds)
+    assert stats.rows_transferred <= 3 * 64
