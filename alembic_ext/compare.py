@@ -33,9 +33,9 @@ from alembic.autogenerate.api import AutogenContext
 from alembic.operations import ops
 from sqlalchemy.sql.elements import UnaryExpression
 
-from sharded_orm.columns import ShardColumn, ShardComputed, shard_columns
 from sharded_orm.errors import ShardConfigError
 from sharded_orm.hashing import CRC32, FARM_FINGERPRINT
+from sharded_orm.schema.columns import ShardColumn, ShardComputed, shard_columns
 from sharded_orm.spanner import is_spanner
 
 from . import reflection

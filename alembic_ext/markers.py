@@ -19,7 +19,7 @@ import hashlib
 import re
 from dataclasses import dataclass
 
-from sharded_orm.columns import ShardColumn
+from sharded_orm.schema.columns import ShardColumn
 
 MAX_NAME = 128
 

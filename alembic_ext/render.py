@@ -23,7 +23,7 @@ from alembic.operations import ops
 from sqlalchemy.sql import operators
 from sqlalchemy.sql.elements import UnaryExpression
 
-from sharded_orm.keys import is_descending
+from sharded_orm.schema.keys import is_descending
 
 from .markers import marker_clause
 from .ops import (

@@ -28,8 +28,8 @@ from sqlalchemy import event
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from sharded_orm import ShardedIndex, UTCDateTime, merged, shard_column, sharded_select
-from sharded_orm.merge import MergeStats
-from sharded_orm.query import expand
+from sharded_orm.read.merge import MergeStats
+from sharded_orm.read.plan import expand
 from sharded_orm.testing.emulator import local_emulator
 
 UTC = dt.timezone.utc

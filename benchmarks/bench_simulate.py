@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from sharded_orm.simulate import Instance, Workload, simulate
+from sharded_orm.tools.simulate import Instance, Workload, simulate
 
 ROOT = Path(__file__).resolve().parent.parent
 

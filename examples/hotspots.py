@@ -26,8 +26,8 @@ import sqlalchemy as sa
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from sharded_orm import ShardedIndex, UTCDateTime, key_column, shard_column
-from sharded_orm.lint import lint
-from sharded_orm.simulate import Comparison, Instance, Workload, simulate
+from sharded_orm.tools.lint import lint
+from sharded_orm.tools.simulate import Comparison, Instance, Workload, simulate
 
 
 class Naive(DeclarativeBase):

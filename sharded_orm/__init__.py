@@ -7,12 +7,7 @@ Spanner do, when they are used.
 
 from __future__ import annotations
 
-# --- bulk loading ---
-from .bulk import BulkLoadError, BulkLoadReport, BulkValidationError, bulk_load
-
-# --- foundation (shard hash, shard columns) ---
-from .columns import ShardColumn, ShardSpec, get_shard_column, shard_column, shard_columns
-from .errors import (
+from sharded_orm.errors import (
     ShardConfigError,
     ShardingError,
     ShardMismatchError,
@@ -20,10 +15,10 @@ from .errors import (
     ShardValueError,
     UnsupportedOnDialectError,
 )
-from .hashing import canonical_string, canonical_text, compute_shard
+from sharded_orm.hashing import canonical_string, canonical_text, compute_shard
 
 # --- key strategies (ids, sequences) ---
-from .ids import (
+from sharded_orm.ids.mixins import (
     BitReversedPrimaryKeyMixin,
     HashedPrimaryKeyMixin,
     UUIDPrimaryKeyMixin,
@@ -33,23 +28,42 @@ from .ids import (
     hashed_reference,
     id_filter,
 )
+from sharded_orm.ids.sequences import SequenceExhausted, SpannerSequence, TableSequence
 
-# --- schema constructs (indexes, descending keys, mixins) ---
-from .indexes import ShardedIndex
-from .interleave import interleave_in
-from .keys import OrderedPrimaryKey, key_column, primary_key
-
-# --- linter and simulator ---
-from .lint import Finding, lint
+# --- bulk loading ---
+from sharded_orm.load.bulk import BulkLoadError, BulkLoadReport, BulkValidationError, bulk_load
 
 # --- sharded queries ---
-from .merge import MergeStats, merged, order_columns
-from .mixins import TimestampShardedMixin
-from .pagination import CursorError, Page, page, set_cursor_secret
-from .query import expand, sharded_select
-from .sequences import SequenceExhausted, SpannerSequence, TableSequence
-from .simulate import Comparison, Instance, SimulationResult, Workload, sample_rows, simulate
-from .types import UTCDateTime
+from sharded_orm.read.merge import MergeStats, merged, order_columns
+from sharded_orm.read.pagination import CursorError, Page, page, set_cursor_secret
+from sharded_orm.read.plan import expand, sharded_select
+
+# --- foundation (shard hash, shard columns) ---
+from sharded_orm.schema.columns import (
+    ShardColumn,
+    ShardSpec,
+    get_shard_column,
+    shard_column,
+    shard_columns,
+)
+
+# --- schema constructs (indexes, descending keys, mixins) ---
+from sharded_orm.schema.indexes import ShardedIndex
+from sharded_orm.schema.interleave import interleave_in
+from sharded_orm.schema.keys import OrderedPrimaryKey, key_column, primary_key
+from sharded_orm.schema.mixins import TimestampShardedMixin
+from sharded_orm.schema.types import UTCDateTime
+
+# --- linter and simulator ---
+from sharded_orm.tools.lint import Finding, lint
+from sharded_orm.tools.simulate import (
+    Comparison,
+    Instance,
+    SimulationResult,
+    Workload,
+    sample_rows,
+    simulate,
+)
 
 __all__ = [
     "Comparison",
@@ -107,6 +121,8 @@ __all__ = [
     "shard_columns",
 ]
 
-# Registration side effects: the write-path hook and the server-side shard DDL.
-from . import execution as _execution  # noqa: E402,F401
-from .spanner import expressions as _expressions  # noqa: E402,F401
+# Registration side effects: the write path's engine hook and ORM events, the server-side
+# shard DDL. (The read path registers its hook when sharded_select is imported above.)
+from sharded_orm.spanner import expressions as _expressions  # noqa: E402,F401
+from sharded_orm.write import engine_hook as _engine_hook  # noqa: E402,F401
+from sharded_orm.write import orm_events as _orm_events  # noqa: E402,F401

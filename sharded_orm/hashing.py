@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from decimal import Decimal
 from typing import Any, Final
 
-from .errors import ShardConfigError, ShardTypeError, ShardValueError
+from sharded_orm.errors import ShardConfigError, ShardTypeError, ShardValueError
 
 CRC32: Final = "crc32"
 FARM_FINGERPRINT: Final = "farm_fingerprint"

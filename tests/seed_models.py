@@ -18,7 +18,7 @@ from sharded_orm import (
     key_column,
     shard_column,
 )
-from sharded_orm.lint import LINT_IGNORE
+from sharded_orm.tools.lint import LINT_IGNORE
 
 
 class Naive(DeclarativeBase):

@@ -11,7 +11,7 @@ from google.api_core import exceptions as gexc
 from seed_models import LogEntry, Sharded
 
 from sharded_orm import ShardConfigError, ShardTypeError, compute_shard
-from sharded_orm.bulk import BulkLoadError, BulkValidationError, bulk_load
+from sharded_orm.load.bulk import BulkLoadError, BulkValidationError, bulk_load
 
 UTC = dt.timezone.utc
 T0 = dt.datetime(2024, 1, 1, tzinfo=UTC)

@@ -10,7 +10,7 @@ import sqlalchemy as sa
 from seed_models import LogEntry
 
 from sharded_orm import compute_shard
-from sharded_orm.bulk import MAX_MUTATIONS, BulkLoadError, bulk_load
+from sharded_orm.load.bulk import MAX_MUTATIONS, BulkLoadError, bulk_load
 
 UTC = dt.timezone.utc
 T0 = dt.datetime(2024, 1, 1, tzinfo=UTC)

@@ -29,7 +29,7 @@ from sharded_orm import (
     hashed_reference,
     id_filter,
 )
-from sharded_orm.ids import INT64_MAX, NotEnforcedForeignKey
+from sharded_orm.ids.mixins import INT64_MAX, NotEnforcedForeignKey
 from sharded_orm.spanner import is_spanner
 
 EDGES = [0, 1, 2**62, 2**63 - 1]

@@ -20,8 +20,8 @@ from sharded_orm import (
     hashed_reference,
     shard_column,
 )
-from sharded_orm.cli import main
-from sharded_orm.lint import LINT_IGNORE, lint
+from sharded_orm.tools.cli import main
+from sharded_orm.tools.lint import LINT_IGNORE, lint
 
 
 def rules(target: Any) -> set[tuple[str, str, str]]:

@@ -14,8 +14,8 @@ import sqlalchemy as sa
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from sharded_orm import BitReversedPrimaryKeyMixin, TableSequence, UUIDPrimaryKeyMixin
-from sharded_orm.lint import lint
-from sharded_orm.simulate import guess_role
+from sharded_orm.tools.lint import lint
+from sharded_orm.tools.simulate import guess_role
 
 EXAMPLES = Path(__file__).parent.parent / "examples"
 

@@ -23,7 +23,7 @@ from sharded_orm import (
     shard_column,
     sharded_select,
 )
-from sharded_orm.merge import order_columns
+from sharded_orm.read.merge import order_columns
 
 T0 = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
 

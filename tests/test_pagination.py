@@ -11,7 +11,8 @@ import pytest
 import sqlalchemy as sa
 from seed_models import LogEntry, Sharded
 
-from sharded_orm import CursorError, page, pagination, set_cursor_secret, sharded_select
+from sharded_orm import CursorError, page, set_cursor_secret, sharded_select
+from sharded_orm.read import pagination
 
 T0 = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
 

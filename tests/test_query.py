@@ -21,8 +21,8 @@ from sharded_orm import (
     shard_column,
     sharded_select,
 )
-from sharded_orm.merge import MergeStats
-from sharded_orm.query import expand
+from sharded_orm.read.merge import MergeStats
+from sharded_orm.read.plan import expand
 from sharded_orm.spanner.dialect import SpannerDialect
 
 UTC = dt.timezone.utc

@@ -19,8 +19,8 @@ from sharded_orm import (
     UnsupportedOnDialectError,
     bit_reverse,
 )
-from sharded_orm.ids import INT64_MAX
-from sharded_orm.sequences import is_retryable, with_retries
+from sharded_orm.ids.mixins import INT64_MAX
+from sharded_orm.ids.sequences import is_retryable, with_retries
 
 SEQ_SQL = "SELECT GET_NEXT_SEQUENCE_VALUE(SEQUENCE s) FROM UNNEST(GENERATE_ARRAY(1, @a0))"
 

@@ -26,8 +26,8 @@ from sharded_orm import (
     key_column,
     shard_column,
 )
-from sharded_orm.cli import main
-from sharded_orm.simulate import (
+from sharded_orm.tools.cli import main
+from sharded_orm.tools.simulate import (
     Instance,
     Workload,
     _desc_transform,

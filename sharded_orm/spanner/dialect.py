@@ -9,7 +9,7 @@ that the stock dialect still has each gap, so we learn when upstream fixes one.
 Fixes (sqlalchemy-spanner 1.20):
 
 1. ``PRIMARY KEY (...)`` lists column names unquoted and has no DESC parts: we quote them
-   and render ``DESC`` for key parts declared descending (``sharded_orm.keys``); the
+   and render ``DESC`` for key parts declared descending (``sharded_orm.schema.keys``); the
    interleave parent's name is quoted too.
 2. The dialect registers itself only as ``spanner.spanner`` and declares no
    ``construct_arguments``, so every ``spanner_*`` keyword warns "Can't validate argument"
@@ -45,8 +45,8 @@ from sqlalchemy import Index, LargeBinary, Table
 from sqlalchemy.engine import Dialect
 from sqlalchemy.sql.compiler import DDLCompiler
 
-from ..keys import is_descending
-from . import SPANNER_DIALECT_NAMES
+from sharded_orm.schema.keys import is_descending
+from sharded_orm.spanner import SPANNER_DIALECT_NAMES
 
 _HINT_NAMES = ("*", *SPANNER_DIALECT_NAMES)
 

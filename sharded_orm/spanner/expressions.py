@@ -16,8 +16,8 @@ from sqlalchemy import types as sqltypes
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.schema import Column
 
-from ..columns import ShardComputed, get_shard_column
-from ..errors import ShardTypeError
+from sharded_orm.errors import ShardTypeError
+from sharded_orm.schema.columns import ShardComputed, get_shard_column
 
 #: ``FORMAT_TIMESTAMP`` pattern matching ``hashing._text_datetime``: 4-digit year,
 #: microseconds (nanoseconds truncated, as ``%E6S`` does), literal Z, in UTC.

@@ -1,6 +1,6 @@
 """The Spanner half of ``bulk_load``: rows written through google-cloud-spanner's mutations.
 
-``sharded_orm.bulk`` imports this module only when the bind is Spanner, because the
+``sharded_orm.load.bulk`` imports this module only when the bind is Spanner, because the
 database handle and the stand-in dialect come from google-cloud-spanner.
 
 Mutations bypass SQLAlchemy, so nothing converts values on the way: this module applies
@@ -47,7 +47,7 @@ def dialect_of(bind: Any) -> sa.Dialect:
     dialect = getattr(bind, "dialect", None)
     if isinstance(dialect, sa.Dialect):
         return dialect
-    from .dialect import SpannerDialect
+    from sharded_orm.spanner.dialect import SpannerDialect
 
     # with its DB-API, whose Binary base64-encodes BYTES as the mutation encoder wants
     return SpannerDialect(dbapi=SpannerDialect.import_dbapi())

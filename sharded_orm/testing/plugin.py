@@ -97,7 +97,7 @@ def spanner_emulator(request: pytest.FixtureRequest) -> Iterator[Any]:
 
     ``SPANNER_EMULATOR_HOST`` points at it while the session runs (restored afterwards).
     """
-    from .emulator import EmulatorFailed, EmulatorNotFound, local_emulator
+    from sharded_orm.testing.emulator import EmulatorFailed, EmulatorNotFound, local_emulator
 
     with contextlib.ExitStack() as stack:
         try:
@@ -140,7 +140,7 @@ def mock_spanner(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     from ``mock_spanner.url`` starts a metrics exporter that holds the process ~30 s at
     exit).
     """
-    from .mock import MockSpanner
+    from sharded_orm.testing.mock import MockSpanner
 
     monkeypatch.delenv("SPANNER_EMULATOR_HOST", raising=False)
     monkeypatch.setenv("SPANNER_DISABLE_BUILTIN_METRICS", "true")

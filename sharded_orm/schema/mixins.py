@@ -28,9 +28,9 @@ from typing import ClassVar
 from sqlalchemy import String
 from sqlalchemy.orm import Mapped, declared_attr
 
-from .columns import shard_column
-from .keys import key_column
-from .types import UTCDateTime
+from sharded_orm.schema.columns import shard_column
+from sharded_orm.schema.keys import key_column
+from sharded_orm.schema.types import UTCDateTime
 
 
 def utc_now() -> dt.datetime:

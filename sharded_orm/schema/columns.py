@@ -13,7 +13,7 @@ places, so no path can miss it:
   inserts, ``bulk_insert_mappings``, ``bulk_save_objects``, Core single and
   executemany, multi-VALUES ``insert().values([...])`` and ``update()``.
 
-See ``sharded_orm.execution`` for the hook.
+See ``sharded_orm.write.engine_hook`` for the hook.
 """
 
 from __future__ import annotations
@@ -28,8 +28,14 @@ from sqlalchemy.orm import MappedColumn, Mapper, mapped_column
 from sqlalchemy.schema import Computed
 from sqlalchemy.sql.expression import text
 
-from .errors import ShardConfigError, ShardTypeError
-from .hashing import CRC32, FARM_FINGERPRINT, shard_function, validate_algorithm, validate_count
+from sharded_orm.errors import ShardConfigError, ShardTypeError
+from sharded_orm.hashing import (
+    CRC32,
+    FARM_FINGERPRINT,
+    shard_function,
+    validate_algorithm,
+    validate_count,
+)
 
 INFO_KEY = "sharded_orm.shard"
 #: ``Table.info`` key: ORM attribute name -> Column, so sources can be attribute names.
@@ -288,9 +294,6 @@ def _on_mapper_constructed(mapper: Any, class_: Any) -> None:
             attr_columns.setdefault(attr, col)
     _resolved.pop(table, None)
     shard_columns(table)  # validate now, at class definition, not at first flush
-    from .orm_events import install_mapper_events
-
-    install_mapper_events(mapper)
 
 
 event.listen(Mapper, "after_mapper_constructed", _on_mapper_constructed)

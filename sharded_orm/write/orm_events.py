@@ -1,6 +1,6 @@
 """Unit-of-work events: the object learns its shard before the flush sends it.
 
-The execution hook (``sharded_orm.execution``) would fill the value anyway; doing it
+The execution hook (``sharded_orm.write.engine_hook``) would fill the value anyway; doing it
 here too keeps the identity map truthful (``entry.entry_shard_id`` is right after
 ``flush()`` without a reload) and lets an UPDATE carry every source, so the hook can
 check it.
@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import event
+from sqlalchemy import Table, event
 from sqlalchemy.orm import Mapper, attributes
 from sqlalchemy.orm.attributes import flag_modified, instance_dict
 
-from .columns import ShardColumn, shard_columns
-from .errors import ShardMismatchError, ShardValueError
-from .execution import _MISSING, _evaluate_default
+from sharded_orm.errors import ShardMismatchError, ShardValueError
+from sharded_orm.schema.columns import ShardColumn, is_shard_column, shard_columns
+from sharded_orm.write.sql import MISSING, evaluate_default
 
 
 def _attr_keys(mapper: Mapper[Any], sc: ShardColumn) -> tuple[str, tuple[str, ...]]:
@@ -46,8 +46,8 @@ def install_mapper_events(mapper: Mapper[Any]) -> None:
         for col, attr in zip(sc.sources, source_attrs, strict=True):
             v = d.get(attr)
             if v is None:
-                dv = _evaluate_default(col, {a: d[a] for a in source_attrs if a in d})
-                if dv is not _MISSING:
+                dv = evaluate_default(col, {a: d[a] for a in source_attrs if a in d})
+                if dv is not MISSING:
                     setattr(target, attr, dv)  # store exactly what we hash
                     v = dv
             values.append(v)
@@ -89,3 +89,14 @@ def install_mapper_events(mapper: Mapper[Any]) -> None:
 
     event.listen(mapper, "before_insert", before_insert)
     event.listen(mapper, "before_update", before_update)
+
+
+def _install_for_sharded_tables(mapper: Mapper[Any], class_: Any) -> None:
+    """Every mapper of a table with shard columns fills them at flush."""
+    table = mapper.local_table
+    if isinstance(table, Table) and any(is_shard_column(c) for c in table.columns):
+        install_mapper_events(mapper)
+
+
+# Runs after the schema layer's own listener, which maps attribute names to columns.
+event.listen(Mapper, "after_mapper_constructed", _install_for_sharded_tables)

@@ -8,45 +8,26 @@ it with ``.where()``, ``.order_by()``, ``.limit()``. When it executes, sharded-o
   point lookup, computed with the same hash the writes used);
 * on Spanner, the ``@{FORCE_INDEX=...}`` table hint for the index; nothing elsewhere.
 
-The additions are made at execution (by the hook in ``sharded_orm.execution``), not at
+The additions are made at execution (by the hook in ``sharded_orm.write.engine_hook``), not at
 compile time: a point lookup's shard depends on bound values, which SQLAlchemy's compiled
 cache must never freeze. ``expand(stmt, dialect)`` shows the statement as it will run.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Index, Select, Table, inspect, select
+from sqlalchemy import Index, Select, Table, event, inspect, select
+from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.sql import operators
 from sqlalchemy.sql.elements import UnaryExpression
 
-from .columns import ShardColumn, get_shard_column, is_shard_column, table_of
-from .errors import ShardConfigError, ShardTypeError
+from sharded_orm.checks import check_identifier
+from sharded_orm.errors import ShardConfigError, ShardTypeError
+from sharded_orm.schema.columns import ShardColumn, get_shard_column, is_shard_column, table_of
 
 OPTION = "sharded_orm_plan"
-_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
-
-
-def check_identifier(name: object, what: str = "index name") -> str:
-    """Refuse anything that is not a plain identifier: hints are pasted into SQL text."""
-    if not isinstance(name, str) or not _IDENTIFIER.fullmatch(name):
-        raise ShardConfigError(
-            f"{what} {name!r} is not a plain identifier (letters, digits, _; not starting with "
-            "a digit); it would be written into the SQL as is, so it is refused"
-        )
-    return name
-
-
-def check_positive_int(value: object, what: str) -> int:
-    """A count the caller gave: an int (not a bool) of at least 1."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ShardTypeError(f"{what} must be a positive int, got {value!r}")
-    if value <= 0:
-        raise ShardConfigError(f"{what} must be at least 1, got {value}")
-    return value
 
 
 @dataclass(frozen=True)
@@ -97,7 +78,7 @@ def _plan_for_index(table: Table, index: Index) -> ShardPlan:
 
 
 def _plan_for_key(table: Table) -> ShardPlan:
-    from .keys import is_descending
+    from sharded_orm.schema.keys import is_descending
 
     pk = list(table.primary_key.columns)
     if not pk or not is_shard_column(pk[0]):
@@ -153,7 +134,7 @@ def plan_of(stmt: Any) -> ShardPlan | None:
 
 def point_shard(plan: ShardPlan, stmt: Any, params: dict[str, Any] | None = None) -> int | None:
     """The single shard a WHERE clause pins, or None when it spans several."""
-    from .execution import _MISSING, literal_value, where_equalities
+    from sharded_orm.write.sql import MISSING, literal_value, where_equalities
 
     eqs = {c._deannotate(): v for c, v in where_equalities(stmt.whereclause).items()}
     values = []
@@ -161,7 +142,7 @@ def point_shard(plan: ShardPlan, stmt: Any, params: dict[str, Any] | None = None
         if src not in eqs:
             return None
         v = literal_value(eqs[src], params or {})
-        if v is _MISSING or v is None:
+        if v is MISSING or v is None:
             return None
         values.append(v)
     return plan.shard.compute(values)
@@ -179,7 +160,7 @@ def expand(
     ``shard`` restricts it to one shard (what the merge sends per branch); otherwise a
     point lookup reads its one shard and anything else the whole range.
     """
-    from .spanner import is_spanner
+    from sharded_orm.spanner import is_spanner
 
     plan = plan_of(stmt)
     if plan is None:
@@ -194,3 +175,19 @@ def expand(
         hint = f"@{{FORCE_INDEX={check_identifier(plan.index_name)}}}"
         new = new.with_hint(plan.table, hint, dialect.name)
     return new
+
+
+def _expand_on_execute(
+    conn: Connection,
+    elem: Any,
+    multiparams: list[dict[str, Any]],
+    params: dict[str, Any],
+    execution_options: Any,
+) -> tuple[Any, list[dict[str, Any]], dict[str, Any]]:
+    """sharded_select(...): add the shard predicate and, on Spanner, the index hint."""
+    if isinstance(elem, Select) and elem._execution_options.get(OPTION) is not None:
+        return expand(elem, conn.dialect, params), multiparams, params
+    return elem, multiparams, params
+
+
+event.listen(Engine, "before_execute", _expand_on_execute, retval=True)

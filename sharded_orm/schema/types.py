@@ -8,7 +8,7 @@ from typing import Any
 from sqlalchemy.engine import Dialect
 from sqlalchemy.types import DateTime, TypeDecorator
 
-from .errors import ShardValueError
+from sharded_orm.errors import ShardValueError
 
 _UTC = _dt.timezone.utc
 

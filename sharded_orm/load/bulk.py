@@ -39,11 +39,16 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy import types as sqltypes
 
-from .columns import ATTR_COLUMNS_KEY, ShardComputed, shard_columns, table_of
-from .errors import ShardConfigError, ShardingError, ShardTypeError, UnsupportedOnDialectError
-from .execution import _MISSING, _evaluate_default
-from .query import check_positive_int
-from .spanner import is_spanner
+from sharded_orm.checks import check_positive_int
+from sharded_orm.errors import (
+    ShardConfigError,
+    ShardingError,
+    ShardTypeError,
+    UnsupportedOnDialectError,
+)
+from sharded_orm.schema.columns import ATTR_COLUMNS_KEY, ShardComputed, shard_columns, table_of
+from sharded_orm.spanner import is_spanner
+from sharded_orm.write.sql import MISSING, evaluate_default
 
 MAX_MUTATIONS = 80_000
 MAX_COMMIT_BYTES = 100 * 1024 * 1024
@@ -199,8 +204,8 @@ def _prepare(
             row[key] = v
         for c in cols:
             if c.key not in row and c.default is not None and "sharded_orm.shard" not in c.info:
-                v = _evaluate_default(c, row)
-                if v is not _MISSING:
+                v = evaluate_default(c, row)
+                if v is not MISSING:
                     row[c.key] = v
         for sc in shards:
             try:
@@ -359,7 +364,7 @@ def bulk_load(
     mutations_module: Any = None
     processors = key_order = None
     if on_spanner:
-        from .spanner import mutations as mutations_module
+        from sharded_orm.spanner import mutations as mutations_module
 
         processors = mutations_module.bind_processors(cols, mutations_module.dialect_of(bind))
         key_order = mutations_module.key_order

@@ -26,8 +26,8 @@ from sqlalchemy.orm import Mapper
 from sqlalchemy.sql import operators
 from sqlalchemy.sql.elements import ColumnElement, UnaryExpression, _textual_label_reference
 
-from .columns import ShardColumn, get_shard_column, is_shard_column
-from .errors import ShardConfigError, ShardTypeError
+from sharded_orm.errors import ShardConfigError, ShardTypeError
+from sharded_orm.schema.columns import ShardColumn, get_shard_column, is_shard_column
 
 
 def _name_of(part: Any) -> str | None:

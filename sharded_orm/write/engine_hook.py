@@ -23,37 +23,24 @@ from typing import Any
 
 from sqlalchemy import event, literal
 from sqlalchemy.engine import Connection, Engine
-from sqlalchemy.sql import operators
-from sqlalchemy.sql.dml import Insert, Update, ValuesBase
+from sqlalchemy.sql.dml import Insert, Update
 from sqlalchemy.sql.elements import (
-    BinaryExpression,
-    BindParameter,
-    BooleanClauseList,
     ClauseElement,
 )
-from sqlalchemy.sql.schema import Column, Table
-from sqlalchemy.sql.selectable import Select
+from sqlalchemy.sql.schema import Table
 
-from . import query
-from .columns import ShardColumn, shard_columns
-from .errors import ShardConfigError, ShardMismatchError, ShardValueError
-from .spanner import is_spanner
+from sharded_orm.errors import ShardConfigError, ShardMismatchError, ShardValueError
+from sharded_orm.schema.columns import ShardColumn, shard_columns
+from sharded_orm.spanner import is_spanner
+from sharded_orm.write.sql import (
+    MISSING,
+    evaluate_default,
+    literal_value,
+    statement_values,
+    where_equalities,
+)
 
-_MISSING: Any = object()
 _PARAM_PREFIX = "sharded_orm_"
-
-
-class _DefaultContext:
-    """Stands in for SQLAlchemy's execution context when we evaluate a source's default.
-
-    Context-sensitive defaults (``def f(ctx): ctx.get_current_parameters()``) see the row.
-    """
-
-    def __init__(self, row: Mapping[str, Any]) -> None:
-        self.current_parameters = dict(row)
-
-    def get_current_parameters(self, isolate_multiinsert_groups: bool = True) -> dict[str, Any]:
-        return self.current_parameters
 
 
 def _table_shards(table: Any) -> tuple[ShardColumn, ...]:
@@ -70,63 +57,6 @@ def _table_shards(table: Any) -> tuple[ShardColumn, ...]:
 
 def _has_shard_info(table: Table) -> bool:
     return any(c.info and "sharded_orm.shard" in c.info for c in table.columns)
-
-
-def literal_value(expr: Any, row: Mapping[str, Any] | None = None) -> Any:
-    """The Python value behind a bound expression, or ``_MISSING`` for real SQL."""
-    if isinstance(expr, BindParameter):
-        if row is not None and not expr.unique and expr.key in row:
-            return row[expr.key]
-        if expr.callable is not None:
-            return expr.callable()
-        return expr.value
-    if isinstance(expr, ClauseElement):
-        return _MISSING
-    return expr  # a plain Python value
-
-
-def where_equalities(where: Any) -> dict[Column[Any], Any]:
-    """``{column: bound expression}`` for each ``column = <bound value>`` ANDed in ``where``."""
-    found: dict[Column[Any], Any] = {}
-    stack = [where] if where is not None else []
-    while stack:
-        clause = stack.pop()
-        if isinstance(clause, BooleanClauseList) and clause.operator is operators.and_:
-            stack.extend(clause.clauses)
-        elif isinstance(clause, BinaryExpression) and clause.operator is operators.eq:
-            left, right = clause.left, clause.right
-            if isinstance(right, Column) and isinstance(left, BindParameter):
-                left, right = right, left
-            if isinstance(left, Column) and isinstance(right, BindParameter):
-                found[left] = right
-    return found
-
-
-def _statement_values(stmt: ValuesBase) -> dict[str, Any]:
-    """Values given with ``.values(...)`` (single row), keyed by column key."""
-    raw = stmt._values  # SQLAlchemy keeps .values() here; no public accessor exists
-    if not raw:
-        return {}
-    out = {}
-    for k, v in raw.items():
-        key = k if isinstance(k, str) else getattr(k, "key", None)
-        if key is not None:
-            out[key] = v
-    return out
-
-
-def _evaluate_default(col: Column[Any], row: Mapping[str, Any]) -> Any:
-    default = col.default
-    if default is None:
-        return _MISSING
-    if getattr(default, "is_scalar", False):
-        return default.arg  # type: ignore[attr-defined]
-    if getattr(default, "is_callable", False):
-        return default.arg(_DefaultContext(row))  # type: ignore[attr-defined]
-    raise ShardConfigError(
-        f"column {col.name!r} is a shard source but its default is SQL or a sequence "
-        "evaluated by the database, so the client cannot hash it; give the value explicitly"
-    )
 
 
 def _unhashable_source(sc: ShardColumn, key: str) -> ShardConfigError:
@@ -182,11 +112,11 @@ class _RowShards:
                     values[k] = out[k]
                 elif k in stmt_values:
                     values[k] = literal_value(stmt_values[k], out)
-                    if values[k] is _MISSING:
+                    if values[k] is MISSING:
                         raise _unhashable_source(sc, k)
                 elif k in pinned:
                     values[k] = literal_value(pinned[k], out)
-                    if values[k] is _MISSING:
+                    if values[k] is MISSING:
                         raise _unhashable_source(sc, k)
                 else:
                     what = f"sets {', '.join(setting)}" if setting else f"sets {sc.name!r}"
@@ -234,11 +164,11 @@ def _source_values(
             v = row[k]
         elif k in stmt_values:
             v = literal_value(stmt_values[k], row)
-            if v is _MISSING:
+            if v is MISSING:
                 raise _unhashable_source(sc, k)
         elif insert:
-            v = _evaluate_default(col, {**stmt_values, **row, **values})
-            if v is _MISSING:
+            v = evaluate_default(col, {**stmt_values, **row, **values})
+            if v is MISSING:
                 v = None  # the column will be NULL: compute() names the problem
         else:
             return None
@@ -255,7 +185,7 @@ def _check_given(
         given = literal_value(stmt_values[sc.key], row)
     else:
         return
-    if given is None or given is _MISSING:
+    if given is None or given is MISSING:
         return  # the ORM sends None for an attribute it was never given
     if given != shard or isinstance(given, bool):
         raise ShardMismatchError(
@@ -306,7 +236,7 @@ def _rewrite_multi_values(stmt: Insert, shards: _RowShards) -> Insert:
                 if key is None:
                     raise ShardConfigError(f"cannot read multi-VALUES key {k!r}")
                 lit = literal_value(v)
-                row[key] = v if lit is _MISSING else lit
+                row[key] = v if lit is MISSING else lit
             new_rows.append(shards.insert_row(row, {}))
     new = stmt._generate()
     new._multi_values = (  # type: ignore[assignment]
@@ -330,9 +260,6 @@ def _before_execute(
 ) -> tuple[Any, list[dict[str, Any]], dict[str, Any]]:
     is_insert = isinstance(elem, Insert)
     if not (is_insert or isinstance(elem, Update)):
-        if isinstance(elem, Select) and elem._execution_options.get(query.OPTION) is not None:
-            # sharded_select(...): add the shard predicate and, on Spanner, the index hint
-            return query.expand(elem, conn.dialect, params), multiparams, params
         return elem, multiparams, params
     shards = _table_shards(elem.table)
     if not shards:
@@ -350,7 +277,7 @@ def _before_execute(
                     f"column(s) {', '.join(missing)} too: the client never sees those rows"
                 )
             return elem, multiparams, params
-    stmt_values = _statement_values(elem)
+    stmt_values = statement_values(elem)
     if is_insert and not stmt_values and not row_shards.server_made and (multiparams or params):
         if multiparams:
             return elem, _fast_insert_rows(row_shards, multiparams), params

@@ -3,7 +3,7 @@
 Spanner's Key Visualizer shows a hotspot only after real traffic has hit it. This module
 replays a described workload through the *real* models: rows get their shard columns from
 ``ShardColumn.compute`` (the function the write hooks use), bit-reversed ids from
-``sharded_orm.ids.bit_reverse``, and every key is ordered as the table's primary key or the
+``sharded_orm.bit_reverse``, and every key is ordered as the table's primary key or the
 index orders it, descending parts included. Each row is one table write plus one write per
 secondary index (indexes are tables of their own on Spanner).
 
@@ -46,9 +46,9 @@ from sqlalchemy import Column, Identity, Index, Table
 from sqlalchemy import Sequence as SASequence
 from sqlalchemy import types as sqltypes
 
-from .columns import ShardColumn, shard_columns, table_of
-from .errors import ShardConfigError, ShardTypeError
-from .keys import is_descending
+from sharded_orm.errors import ShardConfigError, ShardTypeError
+from sharded_orm.schema.columns import ShardColumn, shard_columns, table_of
+from sharded_orm.schema.keys import is_descending
 
 ROLES = (
     "time",
@@ -225,7 +225,7 @@ def _base_type(col: Column[Any]) -> Any:
 
 
 def _uuid_default_version(col: Column[Any]) -> int | None:
-    from .lint import uuid_default_version
+    from sharded_orm.tools.lint import uuid_default_version
 
     return uuid_default_version(col)
 
@@ -241,7 +241,7 @@ def guess_role(col: Column[Any]) -> str:
     if "user" in name:
         return "user"
     if isinstance(t, sqltypes.Integer):
-        from .lint import counter_reason, default_function
+        from sharded_orm.tools.lint import counter_reason, default_function
 
         if counter_reason(col):
             return "counter"
@@ -274,7 +274,7 @@ def _desc_transform(col: Column[Any]) -> Callable[[Any], Any]:
 
 
 def _index_parts(index: Index) -> list[tuple[Column[Any], bool]]:
-    from .lint import index_parts
+    from sharded_orm.tools.lint import index_parts
 
     try:
         return index_parts(index)
@@ -379,7 +379,7 @@ class _RowMaker:
                     (k + 1) if is_int else f"tenant-{k + 1:05d}" for k in range(workload.tenants)
                 ]
             self.converters.append((col, role, t))
-        from .ids import bit_reverse  # the library's own function
+        from sharded_orm.ids.mixins import bit_reverse  # the library's own function
 
         self.bit_reverse = bit_reverse
 
@@ -583,7 +583,7 @@ class Comparison:
 
     def heatmap(self, path: str | Path) -> Path:
         """Draw the key-visualizer heatmaps side by side into a PNG (needs matplotlib)."""
-        from .heatmap import save_heatmap
+        from sharded_orm.tools.heatmap import save_heatmap
 
         return save_heatmap(self, path)
 
@@ -928,24 +928,6 @@ def sample_rows(model: Any, workload: Workload, n: int = 10) -> list[dict[str, A
     return [{c.name: v for c, v in row.items()} for row in rows]
 
 
-def check_output_path(path: str | Path) -> Path:
-    """Fail now, not after the simulation, if ``path`` cannot be written."""
-    p = Path(path)
-    if p.is_dir():
-        raise ShardConfigError(f"output path {str(p)!r} is a directory: give a file name")
-    existed = p.exists()
-    try:
-        with open(p, "ab"):
-            pass
-    except OSError as exc:
-        raise ShardConfigError(
-            f"cannot write {str(p)!r} ({exc.strerror or exc}): choose a writable path"
-        ) from None
-    if not existed:
-        p.unlink()
-    return p
-
-
 def simulate(
     schemas: Any,
     workload: Workload,
@@ -966,9 +948,11 @@ def simulate(
         raise ShardTypeError(f"instance must be an Instance, got {instance!r}")
     items = _schema_items(schemas)
     if heatmap is not None:
-        from .heatmap import require_matplotlib
+        from sharded_orm.tools.heatmap import require_matplotlib
 
         require_matplotlib()
+        from sharded_orm.tools.heatmap import check_output_path
+
         check_output_path(heatmap)
     results = [_Engine(name, table, workload, instance).run() for name, table in items]
     comparison = Comparison(workload, instance, results)

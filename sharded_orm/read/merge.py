@@ -43,9 +43,16 @@ from sqlalchemy.orm import Session
 from sqlalchemy.sql import operators
 from sqlalchemy.sql.elements import UnaryExpression
 
-from .errors import ShardConfigError, ShardTypeError
-from .query import OPTION, ShardPlan, check_positive_int, expand, plan_of, point_shard
-from .spanner import is_spanner
+from sharded_orm.checks import check_positive_int
+from sharded_orm.errors import ShardConfigError, ShardTypeError
+from sharded_orm.read.plan import (
+    OPTION,
+    ShardPlan,
+    expand,
+    plan_of,
+    point_shard,
+)
+from sharded_orm.spanner import is_spanner
 
 _MAX_BRANCHES = 256  # per statement (SQLite allows 500 UNION terms)
 _TOKEN_BUDGET = 8000  # per statement, on Spanner (its DB-API's sqlparse allows 10,000)
@@ -101,7 +108,7 @@ def sort_key(columns: Sequence[tuple[Any, bool]], values: Sequence[Any]) -> tupl
 
 
 def _pinned(stmt: Any) -> set[Any]:
-    from .execution import where_equalities
+    from sharded_orm.write.sql import where_equalities
 
     return {c._deannotate() for c in where_equalities(stmt.whereclause)}
 

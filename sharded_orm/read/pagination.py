@@ -29,9 +29,10 @@ from typing import Any
 from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session
 
-from .errors import ShardingError
-from .merge import MergeStats, merge_rows, order_columns
-from .query import check_positive_int, plan_of
+from sharded_orm.checks import check_positive_int
+from sharded_orm.errors import ShardingError
+from sharded_orm.read.merge import MergeStats, merge_rows, order_columns
+from sharded_orm.read.plan import plan_of
 
 
 class CursorError(ShardingError, ValueError):

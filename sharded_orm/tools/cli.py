@@ -19,8 +19,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from .errors import ShardingError
-from .lint import lint
+from sharded_orm.errors import ShardingError
+from sharded_orm.tools.lint import lint
 
 
 def load_target(spec: str) -> Any:
@@ -63,7 +63,7 @@ def _pair(text: str, what: str) -> tuple[str, str]:
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
-    from .simulate import Instance, Workload, simulate
+    from sharded_orm.tools.simulate import Instance, Workload, simulate
 
     schemas: dict[str, Any] = {}
     for spec in args.targets:

@@ -8,7 +8,7 @@ The seeds give four ways to key rows so that consecutive inserts land far apart:
 - ``HashedPrimaryKeyMixin``: a legacy sequential ``id`` behind ``hashed_id``, the crc32
   shard of ``id``; the key is ``(hashed_id, id)``. Every lookup and join must carry both:
   ``get_by_id``, ``id_filter`` and ``hashed_reference`` do that for you.
-- a Sequences table handing out blocks (``sharded_orm.sequences``).
+- a Sequences table handing out blocks (``sharded_orm.ids.sequences``).
 
 ``bit_reverse`` is Spanner's ``BIT_REVERSE(n, TRUE)``: it reverses the 63 value bits of a
 non-negative INT64. (Reversing all 64 bits, as one seed does, turns 1 into 2^63, which
@@ -33,7 +33,8 @@ from sqlalchemy import (
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.orm import Mapped, declared_attr, mapped_column, relationship
 
-from .columns import (
+from sharded_orm.errors import ShardConfigError, ShardTypeError, ShardValueError
+from sharded_orm.schema.columns import (
     ATTR_COLUMNS_KEY,
     INFO_KEY,
     ShardSpec,
@@ -42,9 +43,8 @@ from .columns import (
     shard_column,
     table_of,
 )
-from .errors import ShardConfigError, ShardTypeError, ShardValueError
-from .orm_events import install_mapper_events
-from .spanner import SPANNER_DIALECT_NAMES
+from sharded_orm.spanner import SPANNER_DIALECT_NAMES
+from sharded_orm.write.orm_events import install_mapper_events
 
 INT64_MAX = (1 << 63) - 1
 
@@ -218,7 +218,7 @@ def hashed_reference(
             **rel_kw,
         ),
     )
-    # What the mapper-constructed hook of sharded_orm.columns does for a table born with
+    # What the mapper-constructed hook of sharded_orm.schema.columns does for a table born with
     # shard columns: map attribute names, then fill the shard on the object at flush.
     attr_columns = table.info.setdefault(ATTR_COLUMNS_KEY, {})
     attr_columns.setdefault(names[0], c_hashed)

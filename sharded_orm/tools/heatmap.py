@@ -11,10 +11,28 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .errors import ShardConfigError
+from sharded_orm.errors import ShardConfigError
 
 if TYPE_CHECKING:
-    from .simulate import Comparison
+    from sharded_orm.tools.simulate import Comparison
+
+
+def check_output_path(path: str | Path) -> Path:
+    """Fail now, not after the simulation, if ``path`` cannot be written."""
+    p = Path(path)
+    if p.is_dir():
+        raise ShardConfigError(f"output path {str(p)!r} is a directory: give a file name")
+    existed = p.exists()
+    try:
+        with open(p, "ab"):
+            pass
+    except OSError as exc:
+        raise ShardConfigError(
+            f"cannot write {str(p)!r} ({exc.strerror or exc}): choose a writable path"
+        ) from None
+    if not existed:
+        p.unlink()
+    return p
 
 
 def require_matplotlib() -> Any:
@@ -32,8 +50,6 @@ def require_matplotlib() -> Any:
 
 def save_heatmap(comparison: Comparison, path: str | Path) -> Path:
     """One panel per schema, side by side, written as a PNG to ``path``."""
-    from .simulate import check_output_path
-
     require_matplotlib()
     import matplotlib.pyplot as plt
 

@@ -37,9 +37,9 @@ from sqlalchemy import types as sqltypes
 from sqlalchemy.sql import operators
 from sqlalchemy.sql.elements import UnaryExpression, _textual_label_reference
 
-from .columns import INFO_KEY, is_shard_column
-from .errors import ShardConfigError
-from .keys import is_descending
+from sharded_orm.errors import ShardConfigError
+from sharded_orm.schema.columns import INFO_KEY, is_shard_column
+from sharded_orm.schema.keys import is_descending
 
 LINT_IGNORE = "sharded_orm.lint.ignore"
 SEVERITIES = ("error", "warning", "advice")

@@ -25,10 +25,15 @@ from typing import TypeVar
 
 import sqlalchemy as sa
 
-from .errors import ShardConfigError, ShardingError, ShardTypeError, UnsupportedOnDialectError
-from .ids import INT64_MAX, bit_reverse
-from .query import check_identifier
-from .spanner import is_spanner
+from sharded_orm.checks import check_identifier
+from sharded_orm.errors import (
+    ShardConfigError,
+    ShardingError,
+    ShardTypeError,
+    UnsupportedOnDialectError,
+)
+from sharded_orm.ids.mixins import INT64_MAX, bit_reverse
+from sharded_orm.spanner import is_spanner
 
 T = TypeVar("T")
 

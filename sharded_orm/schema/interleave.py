@@ -14,7 +14,7 @@ from typing import Any
 
 from sqlalchemy import MetaData, Table, event
 
-from .errors import ShardConfigError, ShardTypeError
+from sharded_orm.errors import ShardConfigError, ShardTypeError
 
 _PENDING = "sharded_orm.interleave_children"
 

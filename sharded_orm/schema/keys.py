@@ -27,7 +27,7 @@ from sqlalchemy.orm import MappedColumn, mapped_column
 from sqlalchemy.sql import operators
 from sqlalchemy.sql.elements import UnaryExpression, _textual_label_reference
 
-from .errors import ShardConfigError, ShardTypeError
+from sharded_orm.errors import ShardConfigError, ShardTypeError
 
 DESC_INFO_KEY = "sharded_orm.descending"
 

@@ -1,0 +1,95 @@
+"""Reading SQLAlchemy statements: the bound values and equalities the write and read paths use.
+
+Both the engine hook (writes) and the query planner (point lookups) need to know what a
+statement binds; this is the one place that looks inside statement objects for it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from sqlalchemy.sql import operators
+from sqlalchemy.sql.dml import ValuesBase
+from sqlalchemy.sql.elements import (
+    BinaryExpression,
+    BindParameter,
+    BooleanClauseList,
+    ClauseElement,
+)
+from sqlalchemy.sql.schema import Column
+
+from sharded_orm.errors import ShardConfigError
+
+#: Returned where a value is SQL (or absent) rather than a Python value.
+MISSING: Any = object()
+
+
+class DefaultContext:
+    """Stands in for SQLAlchemy's execution context when we evaluate a source's default.
+
+    Context-sensitive defaults (``def f(ctx): ctx.get_current_parameters()``) see the row.
+    """
+
+    def __init__(self, row: Mapping[str, Any]) -> None:
+        self.current_parameters = dict(row)
+
+    def get_current_parameters(self, isolate_multiinsert_groups: bool = True) -> dict[str, Any]:
+        return self.current_parameters
+
+
+def literal_value(expr: Any, row: Mapping[str, Any] | None = None) -> Any:
+    """The Python value behind a bound expression, or ``MISSING`` for real SQL."""
+    if isinstance(expr, BindParameter):
+        if row is not None and not expr.unique and expr.key in row:
+            return row[expr.key]
+        if expr.callable is not None:
+            return expr.callable()
+        return expr.value
+    if isinstance(expr, ClauseElement):
+        return MISSING
+    return expr  # a plain Python value
+
+
+def where_equalities(where: Any) -> dict[Column[Any], Any]:
+    """``{column: bound expression}`` for each ``column = <bound value>`` ANDed in ``where``."""
+    found: dict[Column[Any], Any] = {}
+    stack = [where] if where is not None else []
+    while stack:
+        clause = stack.pop()
+        if isinstance(clause, BooleanClauseList) and clause.operator is operators.and_:
+            stack.extend(clause.clauses)
+        elif isinstance(clause, BinaryExpression) and clause.operator is operators.eq:
+            left, right = clause.left, clause.right
+            if isinstance(right, Column) and isinstance(left, BindParameter):
+                left, right = right, left
+            if isinstance(left, Column) and isinstance(right, BindParameter):
+                found[left] = right
+    return found
+
+
+def statement_values(stmt: ValuesBase) -> dict[str, Any]:
+    """Values given with ``.values(...)`` (single row), keyed by column key."""
+    raw = stmt._values  # SQLAlchemy keeps .values() here; no public accessor exists
+    if not raw:
+        return {}
+    out = {}
+    for k, v in raw.items():
+        key = k if isinstance(k, str) else getattr(k, "key", None)
+        if key is not None:
+            out[key] = v
+    return out
+
+
+def evaluate_default(col: Column[Any], row: Mapping[str, Any]) -> Any:
+    default = col.default
+    if default is None:
+        return MISSING
+    if getattr(default, "is_scalar", False):
+        return default.arg  # type: ignore[attr-defined]
+    if getattr(default, "is_callable", False):
+        return default.arg(DefaultContext(row))  # type: ignore[attr-defined]
+    raise ShardConfigError(
+        f"column {col.name!r} is a shard source but its default is SQL or a sequence "
+        "evaluated by the database, so the client cannot hash it; give the value explicitly"
+    )

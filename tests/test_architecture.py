@@ -1,0 +1,153 @@
+"""The package's shape, read from its imports: layers, no cycles, no private names across modules.
+
+Layers, lowest first (a module imports only its own layer or below):
+errors/checks/hashing -> schema -> spanner -> write -> read -> ids -> load -> tools.
+``testing`` and the package ``__init__`` sit on top. ``alembic_ext`` is a client of the
+package, outside it. Imports under ``if TYPE_CHECKING:`` are annotations only and not counted.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("sharded_orm", "alembic_ext")
+LAYERS = {
+    "errors": 0,
+    "checks": 0,
+    "hashing": 0,
+    "schema": 1,
+    "spanner": 2,
+    "write": 3,
+    "read": 4,
+    "ids": 5,
+    "load": 6,
+    "tools": 7,
+    "testing": 8,
+}
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for pkg in PACKAGES:
+        for path in (ROOT / pkg).rglob("*.py"):
+            found[_module_name(path)] = path
+    return found
+
+
+MODULES = _modules()
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _imports(name: str, path: Path) -> list[tuple[str, list[str]]]:
+    """(imported module, names taken from it) for every runtime import in the module."""
+    tree = ast.parse(path.read_text(), str(path))
+    is_pkg = path.name == "__init__.py"
+    here = name.split(".") if is_pkg else name.split(".")[:-1]
+    out: list[tuple[str, list[str]]] = []
+
+    def visit(node: ast.AST) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and _is_type_checking(child):
+                for sub in child.orelse:
+                    visit(sub)
+                continue
+            if isinstance(child, ast.Import):
+                out.extend((a.name, []) for a in child.names)
+            elif isinstance(child, ast.ImportFrom):
+                if child.level:
+                    base = here[: len(here) - child.level + 1]
+                    mod = ".".join(base + ([child.module] if child.module else []))
+                else:
+                    mod = child.module or ""
+                names = [a.name for a in child.names]
+                # "from pkg import submodule" imports the submodule
+                subs = [n for n in names if f"{mod}.{n}" in MODULES]
+                out.extend((f"{mod}.{n}", []) for n in subs)
+                out.append((mod, [n for n in names if n not in subs]))
+            visit(child)
+
+    visit(tree)
+    return [(m, n) for m, n in out if m.split(".")[0] in PACKAGES]
+
+
+GRAPH = {name: _imports(name, path) for name, path in MODULES.items()}
+
+
+def _layer(module: str) -> int | None:
+    parts = module.split(".")
+    if parts[0] != "sharded_orm" or len(parts) < 2:
+        return None
+    return LAYERS.get(parts[1])
+
+
+def test_no_import_cycles() -> None:
+    edges = {m: {t for t, _ in deps if t in MODULES and t != m} for m, deps in GRAPH.items()}
+    # a package's __init__ re-exports its modules: edges into it are edges into the package
+    state: dict[str, int] = {}
+    stack: list[str] = []
+    cycles: list[list[str]] = []
+
+    def walk(m: str) -> None:
+        state[m] = 1
+        stack.append(m)
+        for t in sorted(edges[m]):
+            if t.startswith(m + ".") or m.startswith(t + "."):
+                continue  # a package and its own modules
+            if state.get(t) == 1:
+                cycles.append(stack[stack.index(t) :] + [t])
+            elif t not in state:
+                walk(t)
+        stack.pop()
+        state[m] = 2
+
+    for m in sorted(edges):
+        if m not in state:
+            walk(m)
+    assert not cycles, "import cycles:\n" + "\n".join(" -> ".join(c) for c in cycles)
+
+
+def test_no_private_names_across_modules() -> None:
+    bad = [
+        f"{m} takes {n} from {t}"
+        for m, deps in GRAPH.items()
+        for t, names in deps
+        for n in names
+        if n.startswith("_") and not n.startswith("__") and t != m
+    ]
+    assert not bad, "\n".join(bad)
+
+
+def test_each_layer_imports_only_below_itself() -> None:
+    bad = []
+    for m, deps in GRAPH.items():
+        mine = _layer(m)
+        if mine is None:
+            continue
+        for t, _ in deps:
+            theirs = _layer(t)
+            if theirs is not None and theirs > mine:
+                bad.append(f"{m} (layer {mine}) imports {t} (layer {theirs})")
+    assert not bad, "\n".join(bad)
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_modules_stay_readable(name: str) -> None:
+    lines = MODULES[name].read_text().count("\n")
+    assert lines <= 450, f"{name} has {lines} lines: split it by concern"
