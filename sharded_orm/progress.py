@@ -1,0 +1,209 @@
+"""Progress for long jobs (bulk loads, backfills, verify) that people and log files can read.
+
+On a terminal it draws a real bar (``rich``, imported only then); anywhere else (a log file,
+CI, a pipe) it writes a plain line through :mod:`logging` every ``interval`` seconds with rows
+done, rate and ETA, and one closing line. It never writes a ``\\r``-redrawn line to a log.
+
+    with progress(total=len(rows), description="backfill LogEntries.NewShard") as bar:
+        for batch in batches:
+            ...
+            bar.advance(len(batch))
+
+``advance`` is thread-safe (bulk loads advance from worker threads).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import threading
+import time
+from types import TracebackType
+from typing import IO, Any, Literal
+
+__all__ = ["Progress", "progress"]
+
+Mode = Literal["auto", "bar", "log", "off"]
+
+_log = logging.getLogger("sharded_orm.progress")
+
+#: Environment override of the ``auto`` choice (``bar``, ``log`` or ``off``), e.g. for a cron job
+#: run from a terminal multiplexer.
+ENV_MODE = "SHARDED_ORM_PROGRESS"
+
+
+def _rich_available() -> bool:
+    try:
+        import rich.progress  # noqa: F401
+    except ImportError:  # pragma: no cover - rich is a dependency; kept for trimmed installs
+        return False
+    return True
+
+
+def _choose_mode(mode: Mode, stream: IO[str]) -> Mode:
+    if mode != "auto":
+        return mode
+    forced = os.environ.get(ENV_MODE, "").strip().lower()
+    if forced in ("bar", "log", "off"):
+        return forced  # type: ignore[return-value]
+    isatty = getattr(stream, "isatty", None)
+    if callable(isatty) and isatty() and os.environ.get("TERM") != "dumb" and _rich_available():
+        return "bar"
+    return "log"
+
+
+def _duration(seconds: float) -> str:
+    seconds = max(0, int(round(seconds)))
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes:02d}m{secs:02d}s"
+    if minutes:
+        return f"{minutes}m{secs:02d}s"
+    return f"{secs}s"
+
+
+class Progress:
+    """One job's progress; use it through :func:`progress` (a context manager)."""
+
+    def __init__(
+        self,
+        total: int | None,
+        description: str,
+        *,
+        unit: str = "rows",
+        mode: Mode = "auto",
+        interval: float = 10.0,
+        logger: logging.Logger | None = None,
+        stream: IO[str] | None = None,
+    ) -> None:
+        if total is not None and (isinstance(total, bool) or not isinstance(total, int)):
+            raise TypeError(f"total must be an int or None, got {total!r}")
+        self.total = total
+        self.description = description
+        self.unit = unit
+        self.done = 0
+        self.interval = interval
+        self._logger = logger or _log
+        self._stream = stream if stream is not None else sys.stderr
+        self.mode: Mode = _choose_mode(mode, self._stream)
+        self._lock = threading.Lock()
+        self._start = time.monotonic()
+        self._last_log = self._start
+        self._bar: Any = None
+        self._task: Any = None
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def __enter__(self) -> Progress:
+        self._start = self._last_log = time.monotonic()
+        if self.mode == "bar":
+            import rich.console
+            import rich.progress as rp
+
+            self._bar = rp.Progress(
+                rp.TextColumn("{task.description}"),
+                rp.BarColumn(),
+                rp.MofNCompleteColumn(),
+                rp.TaskProgressColumn(),
+                rp.TimeElapsedColumn(),
+                rp.TimeRemainingColumn(),
+                console=rich.console.Console(file=self._stream),
+                transient=False,
+            )
+            self._bar.start()
+            self._task = self._bar.add_task(self.description, total=self.total)
+        elif self.mode == "log":
+            of = f" of {self.total:,}" if self.total is not None else ""
+            self._logger.info("%s: started (%s%s)", self.description, self.unit, of)
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+            self._bar = None
+        if self.mode == "log":
+            elapsed = time.monotonic() - self._start
+            rate = self.done / elapsed if elapsed > 0 else 0.0
+            outcome = "failed" if exc_type is not None else "done"
+            self._logger.info(
+                "%s: %s, %s %s in %s (%s %s/s)",
+                self.description,
+                outcome,
+                f"{self.done:,}",
+                self.unit,
+                _duration(elapsed),
+                f"{rate:,.0f}",
+                self.unit,
+            )
+
+    # -- updates -----------------------------------------------------------------------------
+    def advance(self, n: int = 1) -> None:
+        """Count ``n`` more units done (from any thread)."""
+        with self._lock:
+            self.done += n
+            if self._bar is not None:
+                self._bar.update(self._task, advance=n)
+                return
+            if self.mode != "log":
+                return
+            now = time.monotonic()
+            if now - self._last_log < self.interval:
+                return
+            self._last_log = now
+            line = self.status_line(now)
+        self._logger.info("%s", line)
+
+    def set_total(self, total: int | None) -> None:
+        """The total became known (or changed) after the job started."""
+        with self._lock:
+            self.total = total
+            if self._bar is not None:
+                self._bar.update(self._task, total=total)
+
+    def status_line(self, now: float | None = None) -> str:
+        """``description: 12,000 / 100,000 rows (12.0%), 3,100 rows/s, ETA 25s``."""
+        elapsed = (now if now is not None else time.monotonic()) - self._start
+        rate = self.done / elapsed if elapsed > 0 else 0.0
+        parts = [f"{self.description}: {self.done:,}"]
+        if self.total:
+            parts.append(f" / {self.total:,} {self.unit} ({100.0 * self.done / self.total:.1f}%)")
+        else:
+            parts.append(f" {self.unit}")
+        parts.append(f", {rate:,.0f} {self.unit}/s")
+        if self.total and rate > 0:
+            parts.append(f", ETA {_duration(max(0, self.total - self.done) / rate)}")
+        return "".join(parts)
+
+
+def progress(
+    total: int | None,
+    description: str,
+    *,
+    unit: str = "rows",
+    mode: Mode = "auto",
+    interval: float = 10.0,
+    logger: logging.Logger | None = None,
+    stream: IO[str] | None = None,
+) -> Progress:
+    """A context manager reporting a job's progress: a bar on a terminal, log lines elsewhere.
+
+    ``total`` may be None when unknown (no percentage or ETA then). ``mode`` forces ``"bar"``,
+    ``"log"`` or ``"off"``; ``"auto"`` (default) picks the bar only when ``stream`` (stderr) is a
+    terminal, unless the ``SHARDED_ORM_PROGRESS`` environment variable says otherwise.
+    ``interval`` is the least number of seconds between two log lines.
+    """
+    return Progress(
+        total,
+        description,
+        unit=unit,
+        mode=mode,
+        interval=interval,
+        logger=logger,
+        stream=stream,
+    )
