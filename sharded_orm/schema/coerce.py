@@ -1,0 +1,328 @@
+"""The value a column stores: what a shard source is hashed as.
+
+A shard must equal the hash of the *stored* sources, and the database stores what
+the column's type and the driver make of a value, not the Python object given:
+``1`` into a Boolean is stored ``true``, an upper-case string into a ``Uuid`` is stored
+lower-case, a ``(str, Enum)`` member into a String is stored as its value. So every
+source is passed through :func:`stored_value` before hashing, on writes and on point
+lookups alike. A pair whose stored form is lossy or ambiguous (``True`` into an Integer,
+a datetime into a Date, a Decimal finer than the column's scale, a float, a naive
+datetime for a timestamp) is refused with a :class:`ShardTypeError` or
+:class:`ShardValueError` instead of being guessed. The rules are listed in
+``docs/hashing.md``.
+
+:func:`coercer_for` builds the per-column function once (at shard-column resolution),
+with a fast path for the common exact types, so the hot path pays one type check.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import enum
+import uuid
+from collections.abc import Callable
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from sqlalchemy import types as sqltypes
+from sqlalchemy.sql.schema import Column
+
+from sharded_orm.errors import ShardConfigError, ShardTypeError, ShardValueError
+
+Coercer = Callable[[Any], Any]
+
+_UTC = _dt.timezone.utc
+_INT64_MIN = -(1 << 63)
+_INT64_MAX = (1 << 63) - 1
+#: Collations that compare byte for byte; any other one may equate distinct strings.
+_EXACT_COLLATIONS = frozenset({"binary", "c", "posix", "ucs_basic", "unicode:cs", "und:cs"})
+
+
+def _describe(column: Any) -> str:
+    table = getattr(column, "table", None)
+    tname = getattr(table, "name", None)
+    name = getattr(column, "name", None) or getattr(column, "key", "?")
+    return f"{tname}.{name}" if tname else str(name)
+
+
+def _type_error(column: Any, value: Any, why: str) -> ShardTypeError:
+    return ShardTypeError(
+        f"cannot hash {value!r} ({type(value).__name__}) for shard source {_describe(column)} "
+        f"({column.type!r}): {why}"
+    )
+
+
+def _value_error(column: Any, value: Any, why: str) -> ShardValueError:
+    return ShardValueError(
+        f"cannot hash {value!r} for shard source {_describe(column)} ({column.type!r}): {why}"
+    )
+
+
+def _none(column: Any) -> ShardValueError:
+    return ShardValueError(
+        f"shard source {_describe(column)} is None: every shard source must have a value "
+        "(make the column NOT NULL)"
+    )
+
+
+# --------------------------------------------------------------------------- per type
+
+
+def _int_coercer(column: Any) -> Coercer:
+    def slow(v: Any) -> Any:
+        if v is None:
+            raise _none(column)
+        if isinstance(v, bool):
+            raise _type_error(
+                column, v, "a bool in an integer column is ambiguous; pass 0 or 1 explicitly"
+            )
+        if not isinstance(v, int):
+            raise _type_error(column, v, "an integer column's source must be an int")
+        v = int.__index__(v)  # an IntEnum member or int subclass: the plain int stored
+        if not _INT64_MIN <= v <= _INT64_MAX:
+            raise _value_error(column, v, "out of the INT64 range a Spanner column holds")
+        return v
+
+    def coerce(v: Any) -> Any:
+        if v.__class__ is int and _INT64_MIN <= v <= _INT64_MAX:
+            return v
+        return slow(v)
+
+    return coerce
+
+
+def _bool_coercer(column: Any) -> Coercer:
+    def coerce(v: Any) -> Any:
+        if v.__class__ is bool:
+            return v
+        if v is None:
+            raise _none(column)
+        if isinstance(v, int) and v in (0, 1):
+            return bool(v)  # stored as false/true and read back as a bool
+        raise _type_error(column, v, "a Boolean column's source must be a bool (or 0 / 1)")
+
+    return coerce
+
+
+def _str_coercer(column: Any) -> Coercer:
+    def coerce(v: Any) -> Any:
+        if v.__class__ is str:
+            return v
+        if v is None:
+            raise _none(column)
+        if isinstance(v, str):
+            return str.__str__(v)  # a (str, Enum) member or str subclass: its text is stored
+        raise _type_error(column, v, "a string column's source must be a str")
+
+    return coerce
+
+
+def _enum_coercer(column: Any) -> Coercer:
+    type_: sqltypes.Enum = _base_type(column.type)
+    names = set(type_.enums)  # the strings the database stores
+    # member -> stored string, as the type's own bind processing maps it
+    lookup = {k: v for k, v in getattr(type_, "_valid_lookup", {}).items() if v is not None}
+
+    def coerce(v: Any) -> Any:
+        if v is None:
+            raise _none(column)
+        if isinstance(v, enum.Enum):
+            if v in lookup:
+                return lookup[v]
+        elif isinstance(v, str) and str.__str__(v) in names:
+            return str.__str__(v)
+        raise _value_error(column, v, f"not one of the Enum's values {sorted(names)}")
+
+    return coerce
+
+
+def _uuid_coercer(column: Any) -> Coercer:
+    as_uuid = bool(getattr(_base_type(column.type), "as_uuid", True))
+
+    def coerce(v: Any) -> Any:
+        if v is None:
+            raise _none(column)
+        if isinstance(v, uuid.UUID):
+            u = v
+        elif isinstance(v, str):
+            try:
+                u = uuid.UUID(v)
+            except ValueError:
+                raise _value_error(column, v, "not a UUID") from None
+        else:
+            raise _type_error(column, v, "a Uuid column's source must be a UUID or its text")
+        return u if as_uuid else str(u)  # lower-case with dashes, as Spanner stores it
+
+    return coerce
+
+
+def _numeric_coercer(column: Any) -> Coercer:
+    scale = getattr(_base_type(column.type), "scale", None)
+
+    def coerce(v: Any) -> Any:
+        if v is None:
+            raise _none(column)
+        if isinstance(v, (bool, float)):
+            raise _type_error(column, v, "pass a Decimal (floats and bools are inexact)")
+        if isinstance(v, int):
+            v = Decimal(int.__index__(v))
+        if not isinstance(v, Decimal):
+            raise _type_error(column, v, "a Numeric column's source must be a Decimal")
+        if not v.is_finite():
+            raise _value_error(column, v, "NUMERIC holds no NaN or infinity")
+        if scale is not None:
+            try:
+                exact = v == v.quantize(Decimal(1).scaleb(-scale))
+            except InvalidOperation:
+                exact = False
+            if not exact:
+                raise _value_error(
+                    column,
+                    v,
+                    f"it has more decimal places than the column's scale ({scale}), so the "
+                    "database would round it; round it yourself first",
+                )
+        return v
+
+    return coerce
+
+
+def _date_coercer(column: Any) -> Coercer:
+    def coerce(v: Any) -> Any:
+        if v.__class__ is _dt.date:
+            return v
+        if v is None:
+            raise _none(column)
+        if isinstance(v, _dt.datetime):
+            raise _type_error(column, v, "a Date column drops the time; pass value.date()")
+        if isinstance(v, _dt.date):
+            return _dt.date(v.year, v.month, v.day)
+        raise _type_error(column, v, "a Date column's source must be a date")
+
+    return coerce
+
+
+def _datetime_coercer(column: Any) -> Coercer:
+    def coerce(v: Any) -> Any:
+        if v.__class__ is _dt.datetime and v.tzinfo is _UTC:
+            return v
+        if v is None:
+            raise _none(column)
+        if not isinstance(v, _dt.datetime):
+            raise _type_error(
+                column,
+                v,
+                "a timestamp column's source must be a timezone-aware datetime "
+                "(dates and ISO strings are refused: their stored instant depends on the driver)",
+            )
+        if v.utcoffset() is None:
+            raise _value_error(
+                column,
+                v,
+                "a naive datetime is no instant; attach a timezone, "
+                "e.g. datetime.now(timezone.utc)",
+            )
+        return v if v.tzinfo is _UTC else v.astimezone(_UTC)
+
+    return coerce
+
+
+def _bytes_coercer(column: Any) -> Coercer:
+    def coerce(v: Any) -> Any:
+        if v.__class__ is bytes:
+            return v
+        if v is None:
+            raise _none(column)
+        if isinstance(v, (bytes, bytearray, memoryview)):
+            return bytes(v)
+        raise _type_error(column, v, "a binary column's source must be bytes")
+
+    return coerce
+
+
+def _refused_type(column: Any) -> ShardConfigError:
+    return ShardConfigError(
+        f"column {_describe(column)} of type {column.type!r} cannot be a shard source: its "
+        "stored values are inexact or have no canonical text. Sources may be String, Integer, "
+        "Boolean, Numeric (Decimal), Date, UTCDateTime/DateTime, LargeBinary, Uuid or Enum."
+    )
+
+
+def _base_type(type_: Any) -> Any:
+    """The type whose storage rule applies: a TypeDecorator's impl, a variant's base."""
+    seen = 0
+    while isinstance(type_, sqltypes.TypeDecorator) and seen < 8:
+        type_ = type_.impl_instance
+        seen += 1
+    return type_
+
+
+def coercer_for(column: Column[Any]) -> Coercer:
+    """The stored-value function of one column, built once; raises ShardConfigError for a
+    column type that cannot be a source (Float, JSON, ARRAY...)."""
+    type_ = _base_type(column.type)
+    if isinstance(type_, sqltypes.Float) or (
+        isinstance(type_, sqltypes.Numeric) and not type_.asdecimal
+    ):
+        raise _refused_type(column)
+    if isinstance(type_, sqltypes.Enum):
+        return _enum_coercer(column)
+    if isinstance(type_, sqltypes.Boolean):
+        return _bool_coercer(column)
+    if isinstance(type_, sqltypes.Integer):
+        return _int_coercer(column)
+    if isinstance(type_, sqltypes.Numeric):
+        return _numeric_coercer(column)
+    if isinstance(type_, sqltypes.Uuid):
+        return _uuid_coercer(column)
+    if isinstance(type_, sqltypes.String):
+        return _str_coercer(column)
+    if isinstance(type_, sqltypes.DateTime):
+        return _datetime_coercer(column)
+    if isinstance(type_, sqltypes.Date):
+        return _date_coercer(column)
+    if isinstance(type_, sqltypes._Binary):
+        return _bytes_coercer(column)
+    if isinstance(type_, sqltypes.NullType):
+        return _untyped  # sa.column('x') with no type: hashed as given
+    raise _refused_type(column)
+
+
+def _untyped(v: Any) -> Any:
+    return v
+
+
+_cache: dict[int, tuple[Column[Any], Any, Coercer]] = {}
+
+
+def stored_value(column: Column[Any], value: Any) -> Any:
+    """``value`` as ``column`` stores and reads it back, in the form the hash uses.
+
+    Raises ShardTypeError / ShardValueError when the stored form would be lossy or
+    ambiguous, ShardConfigError when the column's type cannot be a source at all.
+    """
+    hit = _cache.get(id(column))
+    if hit is None or hit[0] is not column or hit[1] is not column.type:
+        try:
+            fn = coercer_for(column)
+        except ShardConfigError as exc:
+            raise ShardTypeError(str(exc)) from None
+        if len(_cache) > 4096:
+            _cache.clear()
+        _cache[id(column)] = (column, column.type, fn)
+    else:
+        fn = hit[2]
+    return fn(value)
+
+
+def has_case_insensitive_collation(column: Any) -> bool:
+    """True when the column's collation may treat distinct strings as equal.
+
+    Only byte-wise collations (none, BINARY, C, POSIX) are trusted: under any other the
+    database's ``=`` matches values that hash differently, so a lookup cannot prune and
+    an UPDATE cannot take the value from its WHERE clause.
+    """
+    collation = getattr(_base_type(getattr(column, "type", None)), "collation", None)
+    if not collation:
+        return False
+    return str(collation).strip('"').lower() not in _EXACT_COLLATIONS
