@@ -3,10 +3,17 @@
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from sharded_orm.errors import ShardConfigError, ShardTypeError
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+
+#: Spanner's naming rule for tables, columns, indexes, sequences, constraints: a letter,
+#: then letters, digits and underscores, 128 characters at most.
+SPANNER_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,127}")
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 def check_identifier(name: object, what: str = "index name") -> str:
@@ -14,9 +21,45 @@ def check_identifier(name: object, what: str = "index name") -> str:
     if not isinstance(name, str) or not _IDENTIFIER.fullmatch(name):
         raise ShardConfigError(
             f"{what} {name!r} is not a plain identifier (letters, digits, _; not starting with "
-            "a digit); it would be written into the SQL as is, so it is refused"
+            "a digit; at most 128 characters); it would be written into the SQL as is, so it "
+            "is refused"
         )
     return name
+
+
+def check_spanner_name(name: object, what: str = "name") -> str:
+    """A schema object's name as Spanner accepts it; anything else is refused, never quoted.
+
+    Spanner refuses other names anyway; refusing them here, before any DDL is sent, keeps
+    a backtick or a semicolon in a name from ever reaching a DDL batch.
+    """
+    if not isinstance(name, str):
+        raise ShardTypeError(f"{what} must be a str, got {name!r}")
+    if not SPANNER_NAME.fullmatch(name):
+        raise ShardConfigError(
+            f"{what} {name!r} is not a valid Spanner name: it must start with a letter and "
+            "hold only letters, digits and _ (at most 128 characters). Rename it."
+        )
+    return name
+
+
+def quote_identifier(dialect: Any, name: object, what: str = "column name") -> str:
+    """``name`` quoted by ``dialect``'s identifier preparer, for SQL built as text.
+
+    Use it wherever a table or column name is pasted into ``sa.text(...)`` (backfills,
+    partitioned DML). On Spanner the name must also follow Spanner's naming rule; every
+    dialect refuses control characters (no database stores them in a name on purpose).
+    """
+    if not isinstance(name, str):
+        raise ShardTypeError(f"{what} must be a str, got {name!r}")
+    if not name or _CONTROL.search(name):
+        raise ShardConfigError(f"{what} {name!r} is empty or holds control characters")
+    if str(getattr(dialect, "name", "")).startswith("spanner"):
+        check_spanner_name(name, what)
+    preparer = getattr(dialect, "identifier_preparer", None)
+    if preparer is None:
+        raise ShardTypeError(f"quote_identifier needs a SQLAlchemy dialect, got {dialect!r}")
+    return str(preparer.quote_identifier(name))
 
 
 def check_positive_int(value: object, what: str) -> int:

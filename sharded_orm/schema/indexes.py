@@ -26,6 +26,7 @@ from sqlalchemy.orm import Mapper
 from sqlalchemy.sql import operators
 from sqlalchemy.sql.elements import ColumnElement, UnaryExpression, _textual_label_reference
 
+from sharded_orm.checks import check_spanner_name
 from sharded_orm.errors import ShardConfigError, ShardTypeError
 from sharded_orm.schema.columns import ShardColumn, get_shard_column, is_shard_column
 
@@ -78,6 +79,8 @@ class ShardedIndex(Index):
     ) -> None:
         if not isinstance(name, str) or not name:
             raise ShardTypeError(f"ShardedIndex needs a name (str), got {name!r}")
+        # The index exists for Spanner: a name Spanner refuses is refused here, at import
+        check_spanner_name(name, "ShardedIndex name")
         if not columns:
             raise ShardConfigError(
                 f"ShardedIndex {name!r} needs at least one column after the shard"
@@ -89,6 +92,8 @@ class ShardedIndex(Index):
             raise ShardTypeError(
                 f"interleave_in names the parent table (str), got {interleave_in!r}"
             )
+        if interleave_in is not None:
+            check_spanner_name(interleave_in, f"ShardedIndex {name!r}: interleave_in")
         if isinstance(storing, (str, bytes)) or not isinstance(storing, Iterable):
             raise ShardTypeError(f"storing is a sequence of column names, got {storing!r}")
         shard_name = _name_of(shard)

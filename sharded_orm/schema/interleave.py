@@ -14,6 +14,7 @@ from typing import Any
 
 from sqlalchemy import MetaData, Table, event
 
+from sharded_orm.checks import check_spanner_name
 from sharded_orm.errors import ShardConfigError, ShardTypeError
 
 _PENDING = "sharded_orm.interleave_children"
@@ -30,6 +31,7 @@ def interleave_in(parent: str | Table | Any, *, on_delete_cascade: bool = False)
         raise ShardTypeError(
             f"interleave parent must be a table name, Table or model, got {parent!r}"
         )
+    check_spanner_name(name, "interleave parent")
     kw: dict[str, Any] = {"spanner_interleave_in": name}
     if on_delete_cascade:
         kw["spanner_interleave_on_delete_cascade"] = True

@@ -28,6 +28,19 @@ Fixes (sqlalchemy-spanner 1.20):
    ``DBAPIError``) misses it. We raise the DB-API's own class instead (constraint
    failures as ``IntegrityError``, bad statements as ``ProgrammingError``, the rest as
    ``OperationalError``), with the client's error as ``__cause__``.
+7. Identifiers: the stock preparer quotes with backticks but escapes nothing, so a name
+   holding a backtick closes the quote, and the DB-API splits DDL at every ``;``: an index
+   named ``ix` ON t (ts); DROP TABLE victim; CREATE INDEX `z`` dropped ``victim`` during
+   ``create_all``. In queries we escape as GoogleSQL does (backslash escapes for backslash,
+   backtick and control characters); in DDL every name must follow Spanner's naming rule
+   (a letter, then letters, digits, ``_``) or it is refused with ``ShardConfigError``
+   before anything is sent.
+8. Spanner accepts at most 950 parameters per statement; SQLAlchemy's default batches
+   (insertmanyvalues: 1,000 rows, 32,700 parameters) send an ORM flush of 200 rows of a
+   5-column model as one 1,000-parameter INSERT. ``insertmanyvalues_max_parameters`` is
+   set to 950, so SQLAlchemy sizes every batch under it; any other statement over the
+   limit (``insert().values([...])`` with many rows, a long ``IN`` list) is refused before
+   it is sent, with a ``ProgrammingError`` that says what to do instead.
 """
 
 from __future__ import annotations
@@ -45,13 +58,64 @@ from sqlalchemy import Index, LargeBinary, Table
 from sqlalchemy.engine import Dialect
 from sqlalchemy.sql.compiler import DDLCompiler
 
+from sharded_orm.checks import check_spanner_name
 from sharded_orm.schema.keys import is_descending
 from sharded_orm.spanner import SPANNER_DIALECT_NAMES
 
 _HINT_NAMES = ("*", *SPANNER_DIALECT_NAMES)
 
+#: Spanner's limit on query parameters per statement.
+MAX_PARAMETERS = 950
+
+_ESCAPES = {"\\": "\\\\", "`": "\\`"}
+
+
+def _escape_char(ch: str) -> str:
+    if ch in _ESCAPES:
+        return _ESCAPES[ch]
+    return f"\\x{ord(ch):02x}" if ord(ch) < 0x20 or ord(ch) == 0x7F else ch
+
+
+class SpannerIdentifierPreparer(_stock.SpannerIdentifierPreparer):  # type: ignore[misc]
+    """Backtick quoting with GoogleSQL's escapes; in DDL, Spanner's naming rule."""
+
+    ddl_names = False
+
+    def _escape_identifier(self, value: str) -> str:
+        return "".join(_escape_char(ch) for ch in value)
+
+    def _unescape_identifier(self, value: str) -> str:
+        return re.sub(
+            r"\\(x[0-9a-f]{2}|.)",
+            lambda m: chr(int(m[1][1:], 16)) if len(m[1]) == 3 else m[1],
+            value,
+        )
+
+    def quote(self, ident: str) -> str:
+        if self.ddl_names:
+            check_spanner_name(ident, "Spanner DDL name")
+        return str(super().quote(ident))
+
+    def for_ddl(self) -> SpannerIdentifierPreparer:
+        """A copy that refuses, instead of quoting, any name Spanner would not accept."""
+        prep = self.__class__.__new__(self.__class__)
+        prep.__dict__.update(self.__dict__)
+        prep._strings = {}
+        prep.ddl_names = True
+        return prep
+
 
 class SpannerDDLCompiler(_stock.SpannerDDLCompiler):  # type: ignore[misc]
+    # Every name a DDL statement renders goes through this preparer, so checking it here
+    # covers tables, columns, indexes, sequences, constraints and interleave parents alike.
+    @property
+    def preparer(self) -> Any:
+        return self._ddl_preparer
+
+    @preparer.setter
+    def preparer(self, value: Any) -> None:
+        self._ddl_preparer = value.for_ddl() if hasattr(value, "for_ddl") else value
+
     def post_create_table(self, table: Table) -> str:
         if "TEMPORARY" in table._prefixes:
             raise NotImplementedError("Temporary tables are not supported.")
@@ -131,6 +195,18 @@ def _dbapi_errors() -> Iterator[None]:
         raise cls(getattr(e, "message", None) or str(e)) from e
 
 
+def _check_parameter_count(parameters: Any) -> None:
+    """Refuse, before sending, a statement Spanner would refuse for its parameter count."""
+    count = len(parameters) if parameters else 0
+    if count > MAX_PARAMETERS:
+        raise _dbapi.ProgrammingError(
+            f"this statement has {count} parameters; Spanner accepts at most "
+            f"{MAX_PARAMETERS} per statement. For many rows pass them as a list, "
+            "conn.execute(table.insert(), rows), which is sent in batches under the limit "
+            "(or use sharded_orm.bulk_load); split a long IN list, or use UNNEST(@array)."
+        )
+
+
 class SpannerDialect(_stock.SpannerDialect):  # type: ignore[misc]
     """sqlalchemy-spanner's dialect with sharded-orm's fixes (see the module docstring)."""
 
@@ -138,6 +214,8 @@ class SpannerDialect(_stock.SpannerDialect):  # type: ignore[misc]
     ddl_compiler = SpannerDDLCompiler
     statement_compiler = SpannerSQLCompiler
     colspecs = {**_stock.SpannerDialect.colspecs, LargeBinary: _Base64Bytes}
+    preparer = SpannerIdentifierPreparer
+    insertmanyvalues_max_parameters = MAX_PARAMETERS
     construct_arguments = [
         (Table, {"interleave_in": None, "interleave_on_delete_cascade": False}),
         (Index, {"storing": None, "null_filtered": False, "interleave_in": None}),
@@ -148,6 +226,7 @@ class SpannerDialect(_stock.SpannerDialect):  # type: ignore[misc]
         return _stock.SpannerDialect.import_dbapi()
 
     def do_execute(self, cursor: Any, statement: Any, parameters: Any, context: Any = None) -> None:
+        _check_parameter_count(parameters)
         with _dbapi_errors():
             super().do_execute(cursor, statement, parameters, context)
 
@@ -164,3 +243,8 @@ class SpannerDialect(_stock.SpannerDialect):  # type: ignore[misc]
     def do_commit(self, dbapi_connection: Any) -> None:
         with _dbapi_errors():
             super().do_commit(dbapi_connection)
+
+
+# Alembic finds its impl by dialect name: define it with the dialect, as
+# sqlalchemy-cockroachdb does, so env.py needs no import (see alembic_impl).
+from sharded_orm.spanner import alembic_impl  # noqa: E402,F401
