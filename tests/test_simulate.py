@@ -30,7 +30,7 @@ from sharded_orm.tools.cli import main
 from sharded_orm.tools.simulate import (
     Instance,
     Workload,
-    _desc_transform,
+    desc_transform,
     sample_rows,
     simulate,
     text_heatmap,
@@ -233,13 +233,13 @@ def test_heatmap_png(tmp_path: Path) -> None:
 
 @given(st.text(), st.text())
 def test_descending_strings_sort_in_reverse(a: str, b: str) -> None:
-    f = _desc_transform(sa.Column("s", sa.String))
+    f = desc_transform(sa.Column("s", sa.String))
     assert (a < b) == (f(a) > f(b))
 
 
 @given(st.integers(-(2**62), 2**62), st.integers(-(2**62), 2**62))
 def test_descending_integers_sort_in_reverse(a: int, b: int) -> None:
-    f = _desc_transform(sa.Column("n", sa.BigInteger))
+    f = desc_transform(sa.Column("n", sa.BigInteger))
     assert (a < b) == (f(a) > f(b))
 
 
