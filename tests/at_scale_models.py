@@ -88,9 +88,8 @@ def load_old_rows(engine: Any, model: Any, n: int, batch: int = 4000) -> None:
         pending.clear()
 
     for r in rows(n):
-        pending.append(
-            [r["company_id"], r["user_id"], r["ts"], r["entry"], old.compute([r["company_id"], r["ts"]])]
-        )
+        shard = old.compute([r["company_id"], r["ts"]])
+        pending.append([r["company_id"], r["user_id"], r["ts"], r["entry"], shard])
         if len(pending) >= batch:
             flush()
     if pending:

@@ -76,7 +76,10 @@ def test_backfill_fills_every_row_findable_and_is_resumable(spanner_engine: Any)
                 )
             )
         )
-    expected = {(r["company_id"], r["user_id"], r["ts"]): sc.compute([r["company_id"], r["ts"]]) for r in rows(N)}
+    expected = {
+        (r["company_id"], r["user_id"], r["ts"]): sc.compute([r["company_id"], r["ts"]])
+        for r in rows(N)
+    }
     assert stored == expected
 
     # a rerun touches nothing; rows written later with NULL (old code) are picked up
