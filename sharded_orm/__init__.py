@@ -33,6 +33,10 @@ from sharded_orm.ids.sequences import SequenceExhausted, SpannerSequence, TableS
 # --- bulk loading ---
 from sharded_orm.load.bulk import BulkLoadError, BulkLoadReport, BulkValidationError, bulk_load
 
+# --- at scale: pre-splitting, verifying shards (google is imported inside the calls) ---
+from sharded_orm.load.presplit import PresplitReport, presplit
+from sharded_orm.load.verify import VerifyReport, verify
+
 # --- sharded queries ---
 from sharded_orm.read.merge import MergeStats, merged, order_columns
 from sharded_orm.read.pagination import CursorError, Page, page, set_cursor_secret
@@ -78,6 +82,10 @@ __all__ = [
     "BulkLoadReport",
     "BulkValidationError",
     "bulk_load",
+    "PresplitReport",
+    "VerifyReport",
+    "presplit",
+    "verify",
     "BitReversedPrimaryKeyMixin",
     "HashedPrimaryKeyMixin",
     "SequenceExhausted",

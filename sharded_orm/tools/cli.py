@@ -105,6 +105,30 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_verify(args: argparse.Namespace) -> int:
+    """Exit 0 when every row's shards agree with their sources, 1 when some do not."""
+    import sqlalchemy as sa
+
+    from sharded_orm.load.verify import verify
+
+    target = load_target(args.target)
+    engine = sa.create_engine(args.url)
+    try:
+        report = verify(engine, target, progress_mode="off" if args.format == "json" else "auto")
+    finally:
+        engine.dispose()
+    if args.format == "json":
+        print(json.dumps(report.as_dict(), indent=2))
+    else:
+        width = max(len("shard column"), *(len(n) for n in report.mismatched))
+        print(f"{'shard column':<{width}}  {'mismatched':>10}  method")
+        for name, bad in report.mismatched.items():
+            print(f"{name:<{width}}  {bad:>10}  {report.methods.get(name, '')}")
+        verdict = "ok" if report.ok else "MISMATCHES FOUND"
+        print(f"{report.table}: {report.rows_checked} rows checked, {verdict}")
+    return 0 if report.ok else 1
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="sharded-orm", description="Hotspot checks for Spanner schemas."
@@ -146,6 +170,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     p_sim.add_argument("--heatmap", default=None, metavar="PNG", help="needs matplotlib")
     p_sim.add_argument("--format", choices=("text", "json"), default="text")
     p_sim.set_defaults(func=cmd_simulate)
+    p_ver = sub.add_parser("verify", help="count rows whose stored shard disagrees (exit 1)")
+    p_ver.add_argument("url", help="SQLAlchemy URL of the database")
+    p_ver.add_argument("target", help="module:attr of a mapped class or Table")
+    p_ver.add_argument("--format", choices=("text", "json"), default="text")
+    p_ver.set_defaults(func=cmd_verify)
     args = parser.parse_args(argv)
     try:
         return int(args.func(args))
