@@ -22,35 +22,64 @@ import hmac
 import json
 import os
 import uuid
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any, overload
 
 from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session
 
 from sharded_orm.checks import check_positive_int
 from sharded_orm.errors import ShardingError
-from sharded_orm.read.merge import MergeStats, merge_rows, order_columns
+from sharded_orm.read.merge import MergeQuery, MergeStats, is_async, merge_entries, statement_window
 from sharded_orm.read.plan import plan_of
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 
 class CursorError(ShardingError, ValueError):
-    """A cursor that was edited, or issued for another query."""
+    """A cursor that was edited, or issued for another query; or a weak cursor secret."""
 
 
-_secret: bytes = os.environ.get("SHARDED_ORM_CURSOR_SECRET", "").encode() or os.urandom(32)
+ENV_SECRET = "SHARDED_ORM_CURSOR_SECRET"
+_MIN_SECRET = 16
+_secret: bytes | None = None  # None: taken from the environment (or made) at first use
 
 
-def set_cursor_secret(secret: bytes | str) -> None:
-    """The key cursors are signed with; share it between processes that serve pages."""
+def _checked(raw: bytes, where: str) -> bytes:
+    if len(raw) < _MIN_SECRET:
+        raise CursorError(
+            f"{where} holds {len(raw)} bytes; a cursor secret needs at least {_MIN_SECRET} bytes "
+            "(a short key can be recovered from one cursor, and cursors forged). Use a random "
+            "value, e.g. python -c 'import secrets; print(secrets.token_urlsafe(32))'"
+        )
+    return raw
+
+
+def set_cursor_secret(secret: bytes | str | None) -> None:
+    """The key cursors are signed with; share it between processes that serve pages.
+
+    ``None`` goes back to the environment variable ``SHARDED_ORM_CURSOR_SECRET`` (read at
+    the next use), or to a random key of this process when it is not set.
+    """
     global _secret
+    if secret is None:
+        _secret = None
+        return
     if not isinstance(secret, (str, bytes)):
         raise CursorError(f"a cursor secret is str or bytes, got {type(secret).__name__}")
     raw = secret.encode() if isinstance(secret, str) else secret
-    if len(raw) < 16:
-        raise CursorError("a cursor secret needs at least 16 bytes")
-    _secret = raw
+    _secret = _checked(raw, "the cursor secret")
+
+
+def _key() -> bytes:
+    global _secret
+    if _secret is None:
+        env = os.environ.get(ENV_SECRET)
+        _secret = os.urandom(32) if env is None else _checked(env.encode(), ENV_SECRET)
+    return _secret
 
 
 def _encode_value(v: Any) -> list[Any]:
@@ -120,17 +149,19 @@ def query_fingerprint(stmt: Any) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
-def encode_cursor(stmt: Any, values: list[Any]) -> str:
+def encode_cursor(stmt: Any, values: list[Any], served: int = 0) -> str:
+    """A signed cursor after ``values``, ``served`` rows into the statement's LIMIT."""
     body = json.dumps(
-        {"q": query_fingerprint(stmt), "v": [_encode_value(v) for v in values]},
+        {"q": query_fingerprint(stmt), "v": [_encode_value(v) for v in values], "n": served},
         separators=(",", ":"),
         sort_keys=True,
     ).encode()
-    sig = hmac.new(_secret, body, hashlib.sha256).digest()
+    sig = hmac.new(_key(), body, hashlib.sha256).digest()
     return base64.urlsafe_b64encode(sig + body).decode().rstrip("=")
 
 
-def decode_cursor(stmt: Any, cursor: str) -> list[Any]:
+def decode_cursor_state(stmt: Any, cursor: object) -> tuple[list[Any], int]:
+    """(sort values, rows served) of a cursor ``page`` issued for ``stmt``."""
     if not isinstance(cursor, str) or not cursor:
         raise CursorError(f"a cursor is the str a previous page returned, got {cursor!r}")
     try:
@@ -138,12 +169,22 @@ def decode_cursor(stmt: Any, cursor: str) -> list[Any]:
     except (ValueError, TypeError):
         raise CursorError("this cursor is not one sharded-orm issued (bad encoding)") from None
     sig, body = raw[:32], raw[32:]
-    if not hmac.compare_digest(sig, hmac.new(_secret, body, hashlib.sha256).digest()):
+    if not hmac.compare_digest(sig, hmac.new(_key(), body, hashlib.sha256).digest()):
         raise CursorError("this cursor was altered, or signed with another secret; start over")
-    data = json.loads(body)
-    if data.get("q") != query_fingerprint(stmt):
+    try:
+        data = json.loads(body)
+        fingerprint, items, served = data["q"], data["v"], int(data.get("n", 0))
+        values = [_decode_value(item) for item in items]
+    except (ValueError, KeyError, TypeError, IndexError):
+        raise CursorError("this cursor is not one sharded-orm issued (bad body)") from None
+    if fingerprint != query_fingerprint(stmt):
         raise CursorError("this cursor belongs to another query; start that query over")
-    return [_decode_value(item) for item in data["v"]]
+    return values, served
+
+
+def decode_cursor(stmt: Any, cursor: str) -> list[Any]:
+    """The sort values of a cursor ``page`` issued for ``stmt``."""
+    return decode_cursor_state(stmt, cursor)[0]
 
 
 @dataclass
@@ -155,20 +196,52 @@ class Page:
     stats: MergeStats
 
 
-def page(conn: Connection | Session, stmt: Any, page_size: int, cursor: str | None = None) -> Page:
-    """One page of a ``sharded_select``; pass ``next_cursor`` back for the next one.
-
-    Reads one row more than the page to know whether another page follows, so
-    ``next_cursor`` is None exactly when no row sorted after this page when it was read.
-    """
+def _page(conn: Any, stmt: Any, page_size: int, cursor: str | None) -> Page:
     if plan_of(stmt) is None:
         raise CursorError("page() needs a statement made by sharded_select(...)")
     check_positive_int(page_size, "page_size")
-    after = decode_cursor(stmt, cursor) if cursor is not None else None
-    if after is not None and len(after) != len(order_columns(stmt)):
-        raise CursorError("this cursor does not fit this query's order; start over")
+    query = MergeQuery(conn, stmt)
+    limit, offset = statement_window(stmt)
+    after, served = None, 0
+    if cursor is not None:
+        after, served = decode_cursor_state(stmt, cursor)
+        offset = 0  # the cursor is past the OFFSET already
+        if len(after) != len(query.columns):
+            raise CursorError("this cursor does not fit this query's order; start over")
     stats = MergeStats()
-    got = merge_rows(conn, stmt, page_size + 1, after, stats)
-    rows = [row for _, row in got[:page_size]]
-    next_cursor = encode_cursor(stmt, got[page_size - 1][0]) if len(got) > page_size else None
+    size = page_size if limit is None else min(page_size, limit - served)
+    if size <= 0:
+        return Page([], None, stats)
+    # one row more than the page tells whether another page follows
+    more = 1 if limit is None or limit - served > size else 0
+    entries = merge_entries(query, stmt, offset + size + more, after, stats)[offset:]
+    rows = query.rows(entries[:size])
+    next_cursor = None
+    if len(entries) > size:
+        next_cursor = encode_cursor(stmt, entries[size - 1][1], served + size)
     return Page(rows, next_cursor, stats)
+
+
+@overload
+def page(
+    conn: AsyncConnection | AsyncSession, stmt: Any, page_size: int, cursor: str | None = None
+) -> Awaitable[Page]: ...
+
+
+@overload
+def page(
+    conn: Connection | Session, stmt: Any, page_size: int, cursor: str | None = None
+) -> Page: ...
+
+
+def page(conn: Any, stmt: Any, page_size: int, cursor: str | None = None) -> Any:
+    """One page of a ``sharded_select``; pass ``next_cursor`` back for the next one.
+
+    The statement runs as written; its OFFSET skips rows before the first page and its
+    LIMIT bounds the rows of all pages together. Reads one row more than the page to know
+    whether another follows, so ``next_cursor`` is None exactly when no row sorted after
+    this page when it was read. With an AsyncConnection or AsyncSession, ``await page(...)``.
+    """
+    if is_async(conn):
+        return conn.run_sync(lambda sync: _page(sync, stmt, page_size, cursor))
+    return _page(conn, stmt, page_size, cursor)

@@ -1,16 +1,22 @@
-"""Sharded range queries in ORM syntax.
+"""Sharded range queries in ORM syntax, whose SQL is the SQL that runs.
 
-``sharded_select(LogEntry, index="LogEntriesByCompany")`` is an ordinary ``Select``; extend
-it with ``.where()``, ``.order_by()``, ``.limit()``. When it executes, sharded-orm adds
+``sharded_select(LogEntry, index="LogEntriesByCompany")`` is a ``Select`` (a subclass):
+extend it with ``.where()``, ``.join()``, ``.order_by()``, ``.limit()``; execute it, print
+it, use it as a subquery, in a CTE, a count or a union. Two things are part of it:
 
-* the shard predicate: ``shard BETWEEN 0 AND N-1`` (every shard), or ``shard = k`` when
-  each source of the shard column is fixed by ``col == value`` in the WHERE clause (a
-  point lookup, computed with the same hash the writes used);
-* on Spanner, the ``@{FORCE_INDEX=...}`` table hint for the index; nothing elsewhere.
+* the shard predicate, a SQL construct (:class:`ShardPredicate`) in its WHERE clause:
+  ``shard BETWEEN 0 AND N-1`` (every shard), or ``shard = k`` when each source of the
+  shard column is fixed by ``col == value`` (a point lookup). ``where()`` recomputes ``k``
+  from the whole WHERE clause, and ``k`` is part of the statement's cache key, so two
+  lookups with different values never share a compiled form. ``k`` is used only when each
+  value maps exactly to what its column stores (``stored_value``) and the column compares
+  byte for byte; otherwise the query reads every shard (right, only slower).
+* on Spanner, the ``@{FORCE_INDEX=...}`` table hint for the index (rendered for the Spanner
+  dialect only).
 
-The additions are made at execution (by the hook in ``sharded_orm.write.engine_hook``), not at
-compile time: a point lookup's shard depends on bound values, which SQLAlchemy's compiled
-cache must never freeze. ``expand(stmt, dialect)`` shows the statement as it will run.
+Values the WHERE clause names with ``bindparam("x")`` are known only at execution: at the
+top level, a hook recomputes ``k`` from the execution parameters; inside a subquery such a
+statement reads every shard. ``expand(stmt, params=...)`` shows what runs with given values.
 """
 
 from __future__ import annotations
@@ -18,16 +24,21 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Index, Select, Table, event, inspect, select
+from sqlalchemy import Boolean, Index, Select, Table, and_, event, inspect, select
 from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql import operators
-from sqlalchemy.sql.elements import UnaryExpression
+from sqlalchemy.sql.elements import ColumnElement, UnaryExpression
+from sqlalchemy.sql.visitors import InternalTraversal
+from typing_extensions import Self
 
 from sharded_orm.checks import check_identifier
-from sharded_orm.errors import ShardConfigError, ShardTypeError
+from sharded_orm.errors import ShardConfigError, ShardingError, ShardTypeError
+from sharded_orm.schema.coerce import has_case_insensitive_collation, stored_value
 from sharded_orm.schema.columns import ShardColumn, get_shard_column, is_shard_column, table_of
 
-OPTION = "sharded_orm_plan"
+#: dialect names the FORCE_INDEX hint is given for (the stock one and ours render both)
+_HINT_DIALECT = "spanner+spanner"
 
 
 @dataclass(frozen=True)
@@ -105,47 +116,154 @@ def plan_for(entity: Any, index: str | None = None) -> ShardPlan:
     )
 
 
-def sharded_select(entity: Any, *, index: str | None = None) -> Select[Any]:
+# ----------------------------------------------------------------------------- predicate
+
+
+class ShardPredicate(ColumnElement[bool]):
+    """``shard = k`` (``point`` set) or ``shard BETWEEN 0 AND N-1``, compiled by ``@compiles``.
+
+    ``point`` and ``fixed`` are in the cache key: a compiled form is reused only for the
+    same shard. ``fixed`` marks a shard chosen by the caller (a merge branch), which a
+    later ``where()`` must not recompute.
+    """
+
+    __visit_name__ = "sharded_orm_shard_predicate"
+    inherit_cache = True
+    _traverse_internals = [
+        ("column", InternalTraversal.dp_clauseelement),
+        ("count", InternalTraversal.dp_plain_obj),
+        ("point", InternalTraversal.dp_plain_obj),
+        ("fixed", InternalTraversal.dp_plain_obj),
+    ]
+    type = Boolean()
+
+    def __init__(self, column: Any, count: int, point: int | None, fixed: bool = False) -> None:
+        self.column = column
+        self.count = count
+        self.point = point
+        self.fixed = fixed
+
+
+@compiles(ShardPredicate)
+def _compile_predicate(element: ShardPredicate, compiler: Any, **kw: Any) -> str:
+    col = element.column
+    point = element.point
+    expr = col.between(0, element.count - 1) if point is None else col == point
+    return str(compiler.process(expr, **kw))
+
+
+def _split_criteria(criteria: tuple[Any, ...]) -> tuple[list[Any], ShardPredicate | None]:
+    rest = [c for c in criteria if not isinstance(c, ShardPredicate)]
+    preds = [c for c in criteria if isinstance(c, ShardPredicate)]
+    return rest, (preds[0] if preds else None)
+
+
+def point_of(plan: ShardPlan, criteria: Any, params: dict[str, Any] | None = None) -> int | None:
+    """The one shard the WHERE criteria pin, or None when the query must read them all.
+
+    Without ``params`` (compile time) a source compared with a named ``bindparam`` is
+    unknown: its value may be given at execution. Each value must map exactly to what
+    its column stores, and the column must compare byte for byte: the database compares
+    stored values, so the hash has to be taken of them.
+    """
+    from sharded_orm.write.sql import MISSING, literal_value, where_equalities
+
+    if isinstance(criteria, (tuple, list)):
+        rest, _ = _split_criteria(tuple(criteria))
+        where = and_(*rest) if rest else None
+    else:
+        where = criteria
+    eqs = {c._deannotate(): v for c, v in where_equalities(where).items()}
+    values = []
+    for src in plan.shard.sources:
+        bind = eqs.get(src)
+        if bind is None or has_case_insensitive_collation(src):
+            return None
+        if params is None and not getattr(bind, "unique", True):
+            return None  # a named bindparam: its value may come at execution
+        v = literal_value(bind, params or {})
+        if v is MISSING or v is None:
+            return None
+        try:
+            values.append(stored_value(src, v))
+        except ShardingError:
+            return None  # the database converts it some other way: read every shard
+    return plan.shard.compute(values)
+
+
+class ShardedSelect(Select[Any]):
+    """A ``Select`` that carries its shard predicate and plan (see the module docstring)."""
+
+    inherit_cache = True
+    _sharded_plan: ShardPlan
+
+    def _with_predicate(self, point: int | None, fixed: bool) -> Self:
+        rest, _ = _split_criteria(self._where_criteria)
+        plan = self._sharded_plan
+        pred = ShardPredicate(plan.shard.column, plan.shard.count, point, fixed)
+        self._where_criteria = (pred, *rest)
+        return self
+
+    def _refresh(self, params: dict[str, Any] | None = None) -> Self:
+        _, pred = _split_criteria(self._where_criteria)
+        if pred is not None and pred.fixed:
+            return self
+        point = point_of(self._sharded_plan, self._where_criteria, params)
+        return self._with_predicate(point, False)
+
+    def where(self, *whereclause: Any) -> Self:
+        return super().where(*whereclause)._refresh()
+
+    def params(self, *optionaldict: Any, **kwargs: Any) -> Self:
+        return super().params(*optionaldict, **kwargs)._refresh()
+
+    def for_shard(self, shard: int) -> Self:
+        """This statement restricted to one shard (one branch of a merge)."""
+        return self._generate()._with_predicate(shard, True)
+
+    @property
+    def point_shard(self) -> int | None:
+        """The one shard this statement reads, or None when it reads every shard."""
+        _, pred = _split_criteria(self._where_criteria)
+        return pred.point if pred is not None else None
+
+
+def sharded_select(entity: Any, *, index: str | None = None) -> ShardedSelect:
     """``select(entity)`` that fans out over the shards of ``index`` (or of the key).
 
     ``entity`` is a mapped class or a ``Table``; ``index`` names an index of its table
-    led by a shard column. The result is a plain ``Select``: add ``.where()``,
-    ``.order_by()``, ``.limit()``, execute it, or hand it to ``merged`` / ``page``.
+    led by a shard column. The result is a ``Select``: add ``.where()``, ``.join()``,
+    ``.order_by()``, ``.limit()``, execute it, compose it, or hand it to ``merged`` / ``page``.
     """
-    if isinstance(entity, Table):
-        plan = plan_for(entity, index)
-        return select(entity).execution_options(**{OPTION: plan})
-    insp = inspect(entity, raiseerr=False)
-    if not getattr(insp, "is_mapper", False):
-        # an alias would get the shard predicate on the base table: a cross join
-        alias = " (an alias: select from the class itself)" if insp is not None else ""
-        raise ShardTypeError(
-            f"sharded_select takes a mapped class or a Table, got {entity!r}{alias}"
-        )
+    if not isinstance(entity, Table):
+        insp = inspect(entity, raiseerr=False)
+        if not getattr(insp, "is_mapper", False):
+            # an alias would get the shard predicate on the base table: a cross join
+            alias = " (an alias: select from the class itself)" if insp is not None else ""
+            raise ShardTypeError(
+                f"sharded_select takes a mapped class or a Table, got {entity!r}{alias}"
+            )
     plan = plan_for(entity, index)
-    return select(entity).execution_options(**{OPTION: plan})
+    base: Select[Any] = select(entity)
+    if plan.index_name is not None:
+        hint = f"@{{FORCE_INDEX={check_identifier(plan.index_name)}}}"
+        base = base.with_hint(plan.table, hint, _HINT_DIALECT)
+    stmt = ShardedSelect.__new__(ShardedSelect)
+    stmt.__dict__.update(base.__dict__)
+    stmt._sharded_plan = plan
+    return stmt._with_predicate(None, False)
 
 
 def plan_of(stmt: Any) -> ShardPlan | None:
-    """The plan ``sharded_select`` attached to ``stmt``, or None for any other statement."""
-    opts = getattr(stmt, "_execution_options", None)
-    return opts.get(OPTION) if opts else None
+    """The plan of a ``sharded_select`` statement, or None for any other statement."""
+    return getattr(stmt, "_sharded_plan", None) if isinstance(stmt, ShardedSelect) else None
 
 
 def point_shard(plan: ShardPlan, stmt: Any, params: dict[str, Any] | None = None) -> int | None:
-    """The single shard a WHERE clause pins, or None when it spans several."""
-    from sharded_orm.write.sql import MISSING, literal_value, where_equalities
-
-    eqs = {c._deannotate(): v for c, v in where_equalities(stmt.whereclause).items()}
-    values = []
-    for src in plan.shard.sources:
-        if src not in eqs:
-            return None
-        v = literal_value(eqs[src], params or {})
-        if v is MISSING or v is None:
-            return None
-        values.append(v)
-    return plan.shard.compute(values)
+    """The single shard ``stmt``'s WHERE clause pins, or None when it spans several."""
+    if params is None and isinstance(stmt, ShardedSelect):
+        return stmt.point_shard
+    return point_of(plan, stmt._where_criteria, params or {})
 
 
 def expand(
@@ -155,39 +273,34 @@ def expand(
     *,
     shard: int | None = None,
 ) -> Any:
-    """The statement as it runs: shard predicate added, FORCE_INDEX hint on Spanner.
+    """The statement as it runs with these execution ``params`` (or on one ``shard``).
 
-    ``shard`` restricts it to one shard (what the merge sends per branch); otherwise a
-    point lookup reads its one shard and anything else the whole range.
+    The shard predicate and the hint are already part of a ``sharded_select``; this only
+    settles the point shard from values given at execution. ``dialect`` is accepted for
+    compatibility (the hint renders for Spanner only, whatever it is).
     """
-    from sharded_orm.spanner import is_spanner
-
-    plan = plan_of(stmt)
-    if plan is None:
+    if not isinstance(stmt, ShardedSelect):
         return stmt
-    col = plan.shard.column
-    k = shard if shard is not None else point_shard(plan, stmt, params)
-    cond = col == k if k is not None else col.between(0, plan.shard.count - 1)
-    new = stmt.where(cond).execution_options(**{OPTION: None})
-    if plan.index_name is not None and dialect is not None and is_spanner(dialect):
-        # Keyed by this dialect's own name, so the hint renders whatever name the dialect
-        # registered under (the stock one drops hints given as plain "spanner").
-        hint = f"@{{FORCE_INDEX={check_identifier(plan.index_name)}}}"
-        new = new.with_hint(plan.table, hint, dialect.name)
-    return new
+    if shard is not None:
+        return stmt.for_shard(shard)
+    if params:
+        return stmt._generate()._refresh(params)
+    return stmt
 
 
-def _expand_on_execute(
+def _point_from_execution_params(
     conn: Connection,
     elem: Any,
     multiparams: list[dict[str, Any]],
     params: dict[str, Any],
     execution_options: Any,
 ) -> tuple[Any, list[dict[str, Any]], dict[str, Any]]:
-    """sharded_select(...): add the shard predicate and, on Spanner, the index hint."""
-    if isinstance(elem, Select) and elem._execution_options.get(OPTION) is not None:
-        return expand(elem, conn.dialect, params), multiparams, params
+    """A top-level sharded_select run with parameters: settle its point shard from them."""
+    if isinstance(elem, ShardedSelect):
+        given = params or (multiparams[0] if len(multiparams) == 1 else None)
+        if given:
+            return expand(elem, None, dict(given)), multiparams, params
     return elem, multiparams, params
 
 
-event.listen(Engine, "before_execute", _expand_on_execute, retval=True)
+event.listen(Engine, "before_execute", _point_from_execution_params, retval=True)
