@@ -58,7 +58,8 @@ from sharded_orm.schema.keys import OrderedPrimaryKey, key_column, primary_key
 from sharded_orm.schema.mixins import TimestampShardedMixin
 from sharded_orm.schema.types import UTCDateTime
 
-# --- linter and simulator ---
+# --- linter, simulator, doctor ---
+from sharded_orm.tools.doctor import Diagnosis, HotspotFinding, doctor
 from sharded_orm.tools.lint import Finding, lint
 from sharded_orm.tools.simulate import (
     Comparison,
@@ -71,6 +72,9 @@ from sharded_orm.tools.simulate import (
 
 __all__ = [
     "Comparison",
+    "Diagnosis",
+    "HotspotFinding",
+    "doctor",
     "Finding",
     "Instance",
     "SimulationResult",

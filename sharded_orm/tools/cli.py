@@ -1,12 +1,13 @@
-"""The ``sharded-orm`` command: ``lint`` a schema for hotspots, ``simulate`` its writes.
+"""The ``sharded-orm`` command: ``lint`` a schema, ``simulate`` its writes, ``doctor`` production.
 
 ``sharded-orm lint module:attr [--format json]`` and
-``sharded-orm simulate [name=]module:Model ... --rows-per-second R --duration S [...]``.
+``sharded-orm simulate [name=]module:Model ... --rows-per-second R --duration S [...]``,
+``sharded-orm doctor SOURCE module:attr [--window minute] [--threshold 10m] [--heatmap PNG]``.
 
 The target is imported from the current directory, like alembic or uvicorn do: a
 ``MetaData``, a declarative base, or a module holding one. Exit codes: 0 no errors,
-1 lint errors found, 2 the command itself could not run (bad target, empty metadata, bad
-workload, unwritable output).
+1 lint errors found (doctor: a split hot longer than --threshold), 2 the command itself
+could not run (bad target, empty metadata, bad workload, unwritable output, no statistics).
 """
 
 from __future__ import annotations
@@ -129,6 +130,74 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
+def _duration(text: str) -> float:
+    """Seconds from ``90``, ``90s``, ``10m``, ``2h`` or ``1d``."""
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    unit = text[-1:].lower()
+    number = text[:-1] if unit in units else text
+    try:
+        return float(number) * units.get(unit, 1)
+    except ValueError:
+        raise ShardingError(f"expected a duration like 90s, 10m, 2h or 1d, got {text!r}") from None
+
+
+def _doctor_source(text: str) -> Any:
+    if "://" not in text:
+        return text  # a CSV or JSON export
+    from sharded_orm.tools.doctor import StatisticsUnavailableError
+
+    if not text.startswith("spanner"):
+        raise StatisticsUnavailableError(
+            f"{text!r} is not a Spanner URL: doctor reads Spanner's split statistics "
+            "(spanner+spanner:///projects/P/instances/I/databases/D) or a CSV/JSON export"
+        )
+    import sqlalchemy as sa
+
+    return sa.create_engine(text)
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    import datetime as dt
+
+    from sharded_orm.tools.doctor import EmptyWindowError, doctor
+
+    since = dt.timedelta(seconds=_duration(args.since)) if args.since else None
+    try:
+        diagnosis = doctor(
+            _doctor_source(args.source), load_target(args.models), window=args.window, since=since
+        )
+    except EmptyWindowError as exc:
+        print(f"no hot splits: {exc}")
+        return 0
+    if args.heatmap:
+        diagnosis.heatmap(args.heatmap)
+    if args.format == "json":
+        print(json.dumps(diagnosis.as_dict(), indent=2, default=str))
+    else:
+        print(diagnosis.table())
+        if args.heatmap:
+            print(f"heatmap: {args.heatmap}")
+    return 1 if diagnosis.hot_longer_than(_duration(args.threshold)) else 0
+
+
+def add_doctor(sub: Any) -> None:
+    p = sub.add_parser("doctor", help="read Spanner's hot-split statistics and say what to change")
+    p.add_argument(
+        "source", help="a spanner+spanner:// URL, or a CSV/JSON export of SPLIT_STATS_TOP_*"
+    )
+    p.add_argument("models", help="module:attr of a declarative base or MetaData")
+    p.add_argument("--window", choices=("minute", "10minute", "hour"), default="minute")
+    p.add_argument("--since", default=None, help="how far back, e.g. 2h (default: all / 6h)")
+    p.add_argument(
+        "--threshold",
+        default="10m",
+        help="exit 1 when a split was hot (CPU score 100) longer than this (default 10m)",
+    )
+    p.add_argument("--heatmap", default=None, metavar="PNG", help="needs matplotlib")
+    p.add_argument("--format", choices=("text", "json"), default="text")
+    p.set_defaults(func=cmd_doctor)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="sharded-orm", description="Hotspot checks for Spanner schemas."
@@ -170,6 +239,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p_sim.add_argument("--heatmap", default=None, metavar="PNG", help="needs matplotlib")
     p_sim.add_argument("--format", choices=("text", "json"), default="text")
     p_sim.set_defaults(func=cmd_simulate)
+    add_doctor(sub)
     p_ver = sub.add_parser("verify", help="count rows whose stored shard disagrees (exit 1)")
     p_ver.add_argument("url", help="SQLAlchemy URL of the database")
     p_ver.add_argument("target", help="module:attr of a mapped class or Table")

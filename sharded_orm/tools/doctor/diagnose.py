@@ -1,0 +1,335 @@
+"""From hot splits to the model, shard and tenant that is hot, and what to change.
+
+Each split's start and limit keys are decoded with the models' metadata; splits are
+grouped by table or index, shard and tenant over the window, and each group classified:
+
+- ``monotonic``: writes append at the end of a range, led by a timestamp or a
+  time-ordered UUID (or every shard's tail is hot: the count is too small);
+- ``sequence``: the same, led by an integer from a plain counter;
+- ``tenant_skew``: a sharded table or index whose hot splits are one tenant's, in several
+  shards: the shard count is too small for that tenant (the seeds' "Company B");
+- ``unsharded_index``: an index without a shard column, hot at the end of its range or
+  of one tenant's;
+- ``hot_key``: one row or a few keys (contention, not a key-design problem);
+- ``unknown``: a split of a table not in the models, or no pattern the keys explain.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import Column, MetaData
+
+from sharded_orm.errors import ShardingError
+from sharded_orm.schema.columns import INFO_KEY
+from sharded_orm.tools.doctor.findings import (
+    DecodedRow,
+    Diagnosis,
+    EmptyWindowError,
+    HotspotFinding,
+)
+from sharded_orm.tools.doctor.keys import Catalog, Key, role_of
+from sharded_orm.tools.doctor.sources import INTERVAL_SECONDS, VIEWS, SplitRow
+
+PATTERNS = ("monotonic", "tenant_skew", "hot_key", "unsharded_index", "sequence", "unknown")
+MONOTONIC_ROLES = ("time", "counter", "uuid7")
+HOT_ROW_REASONS = {"HOT_ROW", "UNISOLATABLE_HOT_ROW"}
+MIGRATIONS = "docs/migrations.md, Resharding"
+
+
+def metadata_of_models(models: Any) -> MetaData:
+    """A MetaData from a declarative base, a MetaData, or a list of models or Tables."""
+    from sqlalchemy import Table
+
+    from sharded_orm.schema.columns import table_of
+    from sharded_orm.tools.lint import metadata_of
+
+    if isinstance(models, (list, tuple, set)):
+        md = MetaData()
+        if not models:
+            raise ShardingError("models is empty: give a declarative base, MetaData or models")
+        for m in models:
+            t = m if isinstance(m, Table) else table_of(m)
+            if t.name not in md.tables:
+                t.to_metadata(md)
+        return md
+    return metadata_of(models)
+
+
+def _hot_seconds(rows: Sequence[DecodedRow], window: str) -> float:
+    return len({r.row.interval_end for r in rows if r.row.cpu_usage_score >= 100}) * float(
+        INTERVAL_SECONDS[window]
+    )
+
+
+def _finding(
+    name: str, kind: str, pattern: str, fix: str, rows: Sequence[DecodedRow], window: str, **kw: Any
+) -> HotspotFinding:
+    starts = list(dict.fromkeys(r.row.split_start for r in rows))
+    return HotspotFinding(
+        table=name,
+        kind=kind,
+        pattern=pattern,
+        fix=fix,
+        peak_score=max((r.row.cpu_usage_score for r in rows), default=0),
+        hot_seconds=_hot_seconds(rows, window),
+        intervals=len({r.row.interval_end for r in rows}),
+        keys=starts[:5],
+        **kw,
+    )
+
+
+def _is_hot_key(r: DecodedRow) -> bool:
+    if HOT_ROW_REASONS & set(r.row.unsplittable_reasons):
+        return True
+    s, lim = r.start, r.limit
+    if s.kind not in ("table", "index") or lim.name != s.name or not s.parts:
+        return False
+    if len(s.parts) != s.full_length or len(lim.parts) != len(s.parts):
+        return False
+    if s.parts[-1].role in MONOTONIC_ROLES:
+        return False
+    return [p.value for p in s.parts[:-1]] == [p.value for p in lim.parts[:-1]]
+
+
+def _attr(col: Column[Any]) -> str:
+    return col.key or col.name
+
+
+def diagnose(rows: list[SplitRow], catalog: Catalog, window: str) -> Diagnosis:
+    if not rows:
+        raise EmptyWindowError(
+            f"no rows in {VIEWS[window]} for this window: Spanner lists only splits whose "
+            "CPU_USAGE_SCORE reached 50, so no split was warm or hot then. Widen the window "
+            "(since=..., --since) or read the 10-minute or hour view (window=...)"
+        )
+    decoded = [
+        DecodedRow(r, catalog.decode(r.split_start), catalog.decode(r.split_limit)) for r in rows
+    ]
+    groups: dict[str, list[DecodedRow]] = {}
+    for d in decoded:
+        groups.setdefault(d.space.name, []).append(d)
+    findings: list[HotspotFinding] = []
+    for name, group in groups.items():
+        findings.extend(_classify(name, group, catalog, window))
+    findings.sort(key=lambda f: (-f.hot_seconds, -f.peak_score, f.table))
+    return Diagnosis(window, decoded, findings)
+
+
+def _classify(
+    name: str, group: list[DecodedRow], catalog: Catalog, window: str
+) -> list[HotspotFinding]:
+    space = group[0].space
+    if space.kind in ("unknown", "boundary"):
+        what = f"unknown table {name!r}" if space.kind == "unknown" else "the whole key space"
+        return [
+            _finding(
+                name,
+                "unknown",
+                "unknown",
+                f"{what}: its split keys name no table or index of the given models. Pass "
+                "the models that declare it (a declarative base or MetaData holding every "
+                "table), then run doctor again.",
+                group,
+                window,
+            )
+        ]
+    found = catalog.columns_of(name)
+    assert found is not None
+    kind, cols, table = found
+    out: list[HotspotFinding] = []
+    hot_keys = [r for r in group if _is_hot_key(r)]
+    if hot_keys:
+        by_key: dict[str, list[DecodedRow]] = {}
+        for r in hot_keys:
+            by_key.setdefault(r.row.split_start, []).append(r)
+        for start, rs in by_key.items():
+            out.append(
+                _finding(
+                    name,
+                    kind,
+                    "hot_key",
+                    f"one row or a few keys of {name} from {start} take the load: contention "
+                    "on the same rows, not a key-design problem. Spread that row's writes "
+                    "(split a counter or a status row into N rows keyed by a "
+                    "shard_column(..., count=N) and sum them on read), batch or cache the "
+                    "writes, and keep its transactions short. No lint rule can see this.",
+                    rs,
+                    window,
+                    base_table=table.name,
+                    tenant=_value(rs[0].start, "tenant"),
+                    shard=_value(rs[0].start, "shard"),
+                )
+            )
+    rest = [r for r in group if not _is_hot_key(r)]
+    if rest:
+        out.append(_classify_range(name, kind, cols, table, rest, window))
+    return out
+
+
+def _located(r: DecodedRow, role: str, desc: bool) -> Any:
+    """The ``role`` part of the keys a split holds: the start's, or, when the split ends in
+    another value and the growing part is descending (new rows go first), the limit's."""
+    a, b = _value(r.start, role), _value(r.limit, role)
+    if r.limit.name != r.space.name:
+        return a
+    if a is None or (desc and b is not None and a != b):
+        return b
+    return a
+
+
+def _value(key: Key, role: str) -> Any:
+    p = key.part(role)
+    return None if p is None else p.value
+
+
+def _classify_range(
+    name: str,
+    kind: str,
+    cols: list[tuple[Column[Any], bool]],
+    table: Any,
+    rows: list[DecodedRow],
+    window: str,
+) -> HotspotFinding:
+    roles = [role_of(c) for c, _ in cols]
+    mono = next((i for i, r in enumerate(roles) if r in MONOTONIC_ROLES), None)
+    shard_pos = 0 if roles and roles[0] == "shard" else None
+    tenant_pos = next((i for i, r in enumerate(roles) if r == "tenant"), None)
+    desc = cols[mono][1] if mono is not None else False
+    tenants = Counter(t for r in rows if (t := _located(r, "tenant", desc)) is not None)
+    shards = sorted({v for r in rows if (v := _located(r, "shard", desc)) is not None})
+    top_tenant, top_n = tenants.most_common(1)[0] if tenants else (None, 0)
+    common = dict(base_table=table.name, shards=shards)
+    if mono is None:
+        reasons = sorted({x for r in rows for x in r.row.unsplittable_reasons})
+        return _finding(
+            name,
+            kind,
+            "unknown",
+            f"{name} is hot over a range no key part explains"
+            + (f" (Spanner says: {', '.join(reasons)})" if reasons else "")
+            + ": look for scans over it (LARGE_SCAN_HOT_SPOT: add an index, narrow the "
+            "query) or a burst of writes to existing keys; Query and Lock Insights show which.",
+            rows,
+            window,
+            tenant=top_tenant,
+            **common,
+        )
+    mcol = cols[mono][0]
+    hot_col = mcol.name
+    sources = [_attr(cols[tenant_pos][0])] if tenant_pos is not None and tenant_pos < mono else []
+    sources.append(_attr(mcol))
+    src = ", ".join(repr(s) for s in sources)
+    if shard_pos is not None:
+        scol = cols[0][0]
+        spec = scol.info.get(INFO_KEY)
+        count = getattr(spec, "count", None) or 0
+        load = max(
+            sum(
+                r.row.cpu_usage_score
+                for r in rows
+                if r.row.interval_end == end
+                and (top_tenant is None or _located(r, "tenant", desc) == top_tenant)
+            )
+            for end in {r.row.interval_end for r in rows}
+        )
+        suggested = max(2 * count, int(math.ceil(load / 50 / 10.0)) * 10, 10)
+        reshard = (
+            f"raise the count of {scol.name} to about {suggested} (shard_column(..., "
+            f"count={suggested})) and reshard: a new shard column with the bigger count, "
+            "op.backfill_shard(...), the new ShardedIndex, then drop the old column and index "
+            f"({MIGRATIONS}); presplit the new shards before switching traffic"
+        )
+        if top_tenant is not None and top_n * 2 >= len(rows):
+            return _finding(
+                name,
+                kind,
+                "tenant_skew",
+                f"tenant {top_tenant!r} writes at the end of {len(shards)} of the {count} "
+                f"shards of {name} and they are still hot: {count} shards are too few for "
+                f"that tenant's write rate. {reshard[0].upper()}{reshard[1:]}. "
+                "Simulate the new count first (sharded-orm simulate with that tenant's "
+                "weight). No lint rule can see a rate.",
+                rows,
+                window,
+                tenant=top_tenant,
+                shard=shards[0] if shards else None,
+                column=hot_col,
+                **common,
+            )
+        return _finding(
+            name,
+            kind,
+            "monotonic",
+            f"every shard of {scol.name} is hot at its end ({hot_col} grows): {count} "
+            f"shards are too few for the write rate. {reshard[0].upper()}{reshard[1:]}.",
+            rows,
+            window,
+            tenant=top_tenant,
+            shard=shards[0] if shards else None,
+            column=hot_col,
+            **common,
+        )
+    tenant = top_tenant if mono > 0 else None
+    if kind == "index":
+        rule = "SO102" if mono == 0 else "SO107"
+        index_cols = ", ".join(repr(c.name) for c, _ in cols[: mono + 1])
+        return _finding(
+            name,
+            kind,
+            "unsharded_index",
+            f"index {name} has no shard column and {hot_col} "
+            + ("leads it" if mono == 0 else f"follows {', '.join(c.name for c, _ in cols[:mono])}")
+            + ": every insert lands at the end of "
+            + (
+                "the index"
+                if mono == 0
+                else f"each value's range (tenant {tenant!r} is the busy one)"
+            )
+            + f'. Make it a ShardedIndex({name!r}, {index_cols}, shard="{hot_col}ShardId") with '
+            f"{hot_col}ShardId = shard_column({src}, count=N) (about 10 x the node count). "
+            f"Lint rule {rule} flags this index.",
+            rows,
+            window,
+            tenant=tenant,
+            column=hot_col,
+            rule=rule,
+            **common,
+        )
+    pattern = "sequence" if roles[mono] == "counter" else "monotonic"
+    rule = "SO101" if mono == 0 else ("SO108" if pattern == "sequence" else None)
+    if pattern == "sequence":
+        fix = (
+            f"{table.name}.{hot_col} comes from a plain counter and "
+            + (
+                "leads the key"
+                if mono == 0
+                else "follows " + ", ".join(c.name for c, _ in cols[:mono])
+            )
+            + ": every insert appends at the end. Use bit-reversed ids: "
+            "BitReversedPrimaryKeyMixin (IDENTITY bit_reversed_positive), SpannerSequence, or "
+            "TableSequence(bit_reversed=True); or a UUID v4 key. Presplit the new key space "
+            "before a bulk load."
+        )
+    else:
+        fix = (
+            f"{table.name}'s key "
+            + (
+                f"starts with {hot_col}"
+                if mono == 0
+                else f"has {hot_col} after " + ", ".join(c.name for c, _ in cols[:mono])
+            )
+            + ", which grows with time: every insert appends at the end"
+            + (f" (of tenant {tenant!r}'s range)" if tenant is not None else "")
+            + f". Lead the key with a shard column: ShardId = shard_column({src}, count=N) "
+            "(about 10 x the node count) as the first primary key part, or put a spread "
+            "column (UserId, a UUID v4) first."
+        )
+    if rule:
+        fix += f" Lint rule {rule} flags this key."
+    return _finding(
+        name, kind, pattern, fix, rows, window, tenant=tenant, column=hot_col, rule=rule, **common
+    )

@@ -1,0 +1,103 @@
+"""What doctor reports: findings (where, what pattern, which fix) and the diagnosis."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from sharded_orm.errors import ShardingError
+from sharded_orm.tools.doctor.keys import Key
+from sharded_orm.tools.doctor.sources import INTERVAL_SECONDS, VIEWS, SplitRow
+
+
+class EmptyWindowError(ShardingError):
+    """No split statistics rows in the window: no split was warm or hot then."""
+
+
+@dataclass
+class HotspotFinding:
+    """One hotspot: where (table or index, shard, tenant), what pattern, and the fix."""
+
+    table: str  # the table or index, as Spanner names it
+    pattern: str
+    fix: str
+    kind: str = "table"  # "table", "index" or "unknown"
+    base_table: str | None = None
+    shard: int | None = None
+    tenant: Any = None
+    column: str | None = None  # the key part that makes it hot
+    rule: str | None = None  # the lint rule that would have caught it
+    peak_score: int = 0
+    hot_seconds: float = 0.0  # time at CPU_USAGE_SCORE 100
+    intervals: int = 0
+    shards: list[int] = field(default_factory=list)
+    keys: list[str] = field(default_factory=list)  # sample split starts
+
+    def as_dict(self) -> dict[str, Any]:
+        tenant = (
+            self.tenant if isinstance(self.tenant, (int, float, type(None))) else str(self.tenant)
+        )
+        return {
+            "table": self.table,
+            "kind": self.kind,
+            "base_table": self.base_table,
+            "pattern": self.pattern,
+            "shard": self.shard,
+            "shards": self.shards,
+            "tenant": tenant,
+            "column": self.column,
+            "peak_score": self.peak_score,
+            "hot_seconds": self.hot_seconds,
+            "intervals": self.intervals,
+            "rule": self.rule,
+            "fix": self.fix,
+            "split_starts": self.keys,
+        }
+
+
+@dataclass
+class DecodedRow:
+    row: SplitRow
+    start: Key
+    limit: Key
+
+    @property
+    def space(self) -> Key:
+        return self.start if self.start.kind != "boundary" else self.limit
+
+
+@dataclass
+class Diagnosis:
+    """What ``doctor`` found over one window of split statistics."""
+
+    window: str
+    rows: list[DecodedRow]
+    findings: list[HotspotFinding]
+
+    @property
+    def interval_seconds(self) -> int:
+        return INTERVAL_SECONDS[self.window]
+
+    def hot_longer_than(self, seconds: float) -> list[HotspotFinding]:
+        """Findings whose splits were hot (CPU score 100) for more than ``seconds``."""
+        return [f for f in self.findings if f.hot_seconds > seconds]
+
+    def as_dict(self) -> dict[str, Any]:
+        ends = [r.row.interval_end for r in self.rows]
+        return {
+            "view": VIEWS[self.window],
+            "rows": len(self.rows),
+            "first_interval_end": min(ends).isoformat() if ends else None,
+            "last_interval_end": max(ends).isoformat() if ends else None,
+            "findings": [f.as_dict() for f in self.findings],
+        }
+
+    def table(self) -> str:
+        from sharded_orm.tools.doctor.report import text_report
+
+        return text_report(self)
+
+    def heatmap(self, path: Any) -> Any:
+        from sharded_orm.tools.doctor.report import save_doctor_heatmap
+
+        return save_doctor_heatmap(self, path)

@@ -1,0 +1,249 @@
+"""Split keys as Spanner's split statistics print them, decoded with the models' metadata.
+
+Format (Spanner, "Split statistics", *Split start and split limit keys*): ``<begin>`` and
+``<end>`` bound the database's key space; any other key is ``Name(part, part, ...)``
+where ``Name`` is a table or an index and the parts are its key in order. A key may be
+truncated (``Users()`` precedes every ``Users`` row; ``Threads(10)`` every thread of user
+10). An interleaved child is named by itself with its full key (``Messages(3,"a",1)``).
+The documentation shows INT64 parts bare and STRING parts in double quotes; it shows no
+other type, so other parts are accepted quoted or bare (``2024-01-01T00:00:00Z``).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import re
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import Column, Index, MetaData, Table
+from sqlalchemy import types as sqltypes
+
+from sharded_orm.errors import ShardValueError
+from sharded_orm.schema.columns import is_shard_column
+from sharded_orm.schema.keys import is_descending
+from sharded_orm.tools.lint import index_parts
+from sharded_orm.tools.simulate import guess_role
+
+BEGIN, END = "<begin>", "<end>"
+_NAME = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_$]*)\s*\(")
+_BARE = re.compile(r"\s*([^,()\"\s][^,()\"]*?)\s*(?=[,)])")
+_STRING = re.compile(r'\s*(b?)("(?:[^"\\]|\\.)*")\s*')
+
+
+@dataclass(frozen=True)
+class RawKey:
+    """A parsed split key: the key space's name and the printed parts, not yet typed."""
+
+    name: str  # a table or index name, or "<begin>" / "<end>"
+    parts: tuple[Any, ...] = ()  # str for quoted parts, else the bare text
+
+    @property
+    def boundary(self) -> bool:
+        return self.name in (BEGIN, END)
+
+
+def parse_key(text: str) -> RawKey:
+    """``Users(7,"abc")`` -> RawKey("Users", (Bare("7"), "abc")); raise on malformed text."""
+    if not isinstance(text, str):
+        raise ShardValueError(f"a split key is a string, got {text!r}")
+    stripped = text.strip()
+    if stripped in (BEGIN, END):
+        return RawKey(stripped)
+    m = _NAME.match(stripped)
+    if not m:
+        raise ShardValueError(
+            f"malformed split key {text!r}: expected <begin>, <end> or Name(part, ...)"
+        )
+    pos = m.end()
+    parts: list[Any] = []
+    if stripped[pos:].lstrip().startswith(")"):
+        pos = stripped.index(")", pos) + 1
+    else:
+        while True:
+            sm = _STRING.match(stripped, pos)
+            if sm:
+                try:
+                    value: Any = json.loads(sm.group(2))
+                except ValueError:
+                    raise ShardValueError(
+                        f"malformed split key {text!r}: bad string at {pos}"
+                    ) from None
+                parts.append(value.encode("latin-1") if sm.group(1) else value)
+                pos = sm.end()
+            else:
+                bm = _BARE.match(stripped, pos)
+                if not bm:
+                    raise ShardValueError(
+                        f"malformed split key {text!r}: expected a value at position {pos}"
+                    )
+                parts.append(Bare(bm.group(1)))
+                pos = bm.end()
+            if pos < len(stripped) and stripped[pos] == ",":
+                pos += 1
+                continue
+            if pos < len(stripped) and stripped[pos] == ")":
+                pos += 1
+                break
+            raise ShardValueError(
+                f"malformed split key {text!r}: expected ',' or ')' at position {pos}"
+            )
+    if stripped[pos:].strip():
+        raise ShardValueError(f"malformed split key {text!r}: text after the key")
+    return RawKey(m.group(1), tuple(parts))
+
+
+@dataclass(frozen=True)
+class Bare:
+    """A key part printed without quotes (a number, a timestamp...)."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class KeyPart:
+    """One decoded key part and what it is to the library."""
+
+    column: str
+    value: Any
+    #: shard, tenant, time, counter, bit_reversed, uuid4, uuid7, user, random, constant
+    role: str
+    descending: bool = False
+    #: for a bit-reversed INT64: the sequence number it came from
+    sequence: int | None = None
+
+
+@dataclass(frozen=True)
+class Key:
+    """A split key decoded: which table or index, and its key parts."""
+
+    text: str
+    name: str
+    kind: str  # "table", "index", "boundary" or "unknown"
+    table: str | None = None
+    parts: tuple[KeyPart, ...] = ()
+    full_length: int = 0
+    interleaved_in: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def part(self, role: str) -> KeyPart | None:
+        return next((p for p in self.parts if p.role == role), None)
+
+
+class Catalog:
+    """The models' tables and indexes by the names Spanner gives them."""
+
+    def __init__(self, metadata: MetaData) -> None:
+        self.tables: dict[str, Table] = {}
+        self.indexes: dict[str, Index] = {}
+        for t in metadata.tables.values():
+            self.tables[t.name] = t
+            for ix in t.indexes:
+                if ix.name:
+                    self.indexes[str(ix.name)] = ix
+
+    def columns_of(self, name: str) -> tuple[str, list[tuple[Column[Any], bool]], Table] | None:
+        """(kind, key columns in order with their DESC flag, table) of a key space."""
+        if name in self.tables:
+            t = self.tables[name]
+            return "table", [(c, is_descending(c)) for c in t.primary_key.columns], t
+        if name in self.indexes:
+            ix = self.indexes[name]
+            table = ix.table
+            assert isinstance(table, Table)
+            parts = index_parts(ix)
+            seen = {c for c, _ in parts}
+            # an index's key ends with the table's key (Spanner indexes carry it)
+            rest = [(c, is_descending(c)) for c in table.primary_key.columns if c not in seen]
+            return "index", parts + rest, table
+        return None
+
+    def decode(self, text: str) -> Key:
+        raw = parse_key(text)
+        if raw.boundary:
+            return Key(text, raw.name, "boundary")
+        found = self.columns_of(raw.name)
+        if found is None:
+            return Key(
+                text,
+                raw.name,
+                "unknown",
+                parts=tuple(KeyPart("?", p, "unknown") for p in raw.parts),
+            )
+        kind, cols, table = found
+        if len(raw.parts) > len(cols):
+            raise ShardValueError(
+                f"malformed split key {text!r}: {raw.name} has {len(cols)} key parts in the "
+                f"models, the key has {len(raw.parts)}"
+            )
+        parts = tuple(
+            _decode_part(text, col, desc, value)
+            for (col, desc), value in zip(cols, raw.parts, strict=False)
+        )
+        opts: Any = table.dialect_options.get("spanner", {})
+        return Key(
+            text,
+            raw.name,
+            kind,
+            table.name,
+            parts,
+            len(cols),
+            interleaved_in=opts.get("interleave_in") or None,
+        )
+
+
+def role_of(col: Column[Any]) -> str:
+    """The part a column plays in a key: a shard column, else the simulator's guess."""
+    return "shard" if is_shard_column(col) else guess_role(col)
+
+
+def _base(col: Column[Any]) -> Any:
+    t = col.type
+    return t.impl_instance if isinstance(t, sqltypes.TypeDecorator) else t
+
+
+def _decode_part(text: str, col: Column[Any], desc: bool, value: Any) -> KeyPart:
+    t = _base(col)
+    raw = value.text if isinstance(value, Bare) else value
+    role = role_of(col)
+    sequence = None
+    try:
+        if isinstance(t, sqltypes.Integer):
+            v: Any = int(raw)
+            if role == "bit_reversed" and 0 <= v < 2**63:
+                from sharded_orm.ids.mixins import bit_reverse
+
+                sequence = bit_reverse(v)
+        elif isinstance(t, sqltypes.DateTime):
+            v = dt.datetime.fromisoformat(str(raw).replace("Z", "+00:00"))
+            if v.tzinfo is None:
+                v = v.replace(tzinfo=dt.timezone.utc)
+        elif isinstance(t, sqltypes.Date):
+            v = dt.date.fromisoformat(str(raw))
+        elif isinstance(t, (sqltypes.Float, sqltypes.Numeric)):
+            v = float(raw)
+        elif isinstance(t, sqltypes.Boolean):
+            if str(raw).lower() not in ("true", "false"):
+                raise ValueError(raw)
+            v = str(raw).lower() == "true"
+        elif isinstance(t, sqltypes.Uuid):
+            v = uuid.UUID(str(raw))
+        else:
+            v = raw if isinstance(raw, (str, bytes)) else str(raw)
+    except (TypeError, ValueError):
+        raise ShardValueError(
+            f"malformed split key {text!r}: {raw!r} is not a {type(t).__name__} value for "
+            f"column {col.name}"
+        ) from None
+    if role in ("uuid4", "uuid7", "user", "random") and isinstance(v, str):
+        try:
+            version = uuid.UUID(v).version
+        except ValueError:
+            version = None
+        if version in (1, 6, 7):
+            role = "uuid7"
+        elif version == 4 and role != "user":
+            role = "uuid4"
+    return KeyPart(col.name, v, role, desc, sequence)

@@ -1,0 +1,198 @@
+"""Where split statistics come from: a Spanner database, exported rows, or a file.
+
+Spanner keeps them in ``SPANNER_SYS.SPLIT_STATS_TOP_MINUTE``, ``_10MINUTE`` and ``_HOUR``
+(columns ``INTERVAL_END``, ``SPLIT_START``, ``SPLIT_LIMIT``, ``CPU_USAGE_SCORE``,
+``AFFECTED_TABLES`` and, in newer versions, ``UNSPLITTABLE_REASONS``). The emulator has
+none of them.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import json
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sharded_orm.errors import ShardConfigError, ShardingError, ShardTypeError, ShardValueError
+
+VIEWS = {
+    "minute": "SPANNER_SYS.SPLIT_STATS_TOP_MINUTE",
+    "10minute": "SPANNER_SYS.SPLIT_STATS_TOP_10MINUTE",
+    "hour": "SPANNER_SYS.SPLIT_STATS_TOP_HOUR",
+}
+#: seconds per interval of each view
+INTERVAL_SECONDS = {"minute": 60, "10minute": 600, "hour": 3600}
+REQUIRED = ("INTERVAL_END", "SPLIT_START", "SPLIT_LIMIT", "CPU_USAGE_SCORE")
+EMULATOR_MESSAGE = (
+    "the Spanner emulator has no hot-split statistics (SPANNER_SYS.SPLIT_STATS_TOP_*) and "
+    "no load-based splitting: run `sharded-orm simulate` against your models to see where "
+    "writes would land, or export the statistics from a real instance (console or `gcloud "
+    "spanner databases execute-sql`) and pass the CSV or JSON file to `sharded-orm doctor`"
+)
+
+
+class StatisticsUnavailableError(ShardingError):
+    """The database has no split statistics to read (the emulator, or not Spanner)."""
+
+
+@dataclass(frozen=True)
+class SplitRow:
+    """One row of a split statistics view."""
+
+    interval_end: dt.datetime
+    split_start: str
+    split_limit: str
+    cpu_usage_score: int
+    affected_tables: tuple[str, ...] = ()
+    unsplittable_reasons: tuple[str, ...] = ()
+
+
+def query_for(window: str) -> str:
+    """The SQL doctor sends for ``window`` (a fixed text: no identifier comes from input)."""
+    return (
+        "SELECT INTERVAL_END, SPLIT_START, SPLIT_LIMIT, CPU_USAGE_SCORE, AFFECTED_TABLES, "
+        f"UNSPLITTABLE_REASONS FROM {VIEWS[window]} "
+        "WHERE INTERVAL_END >= @since ORDER BY INTERVAL_END, CPU_USAGE_SCORE DESC"
+    )
+
+
+def _timestamp(value: Any, where: str) -> dt.datetime:
+    if isinstance(value, dt.datetime):
+        return value if value.tzinfo else value.replace(tzinfo=dt.timezone.utc)
+    if isinstance(value, str):
+        try:
+            parsed = dt.datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+        except ValueError:
+            raise ShardValueError(f"{where}: INTERVAL_END {value!r} is not a timestamp") from None
+        return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.timezone.utc)
+    raise ShardValueError(f"{where}: INTERVAL_END {value!r} is not a timestamp")
+
+
+def _names(value: Any) -> tuple[str, ...]:
+    if value is None or value == "":
+        return ()
+    if isinstance(value, str):
+        text = value.strip()
+        if text.startswith("["):
+            try:
+                loaded = json.loads(text)
+            except ValueError:
+                text = text.strip("[]")
+            else:
+                return tuple(str(v) for v in loaded)
+        return tuple(p.strip().strip('"') for p in text.split(",") if p.strip())
+    return tuple(str(v) for v in value)
+
+
+def split_row(row: Mapping[str, Any], where: str) -> SplitRow:
+    """A dict keyed by the view's column names (any case) as a :class:`SplitRow`."""
+    if not isinstance(row, Mapping):
+        raise ShardTypeError(f"{where}: expected a dict keyed by column names, got {row!r}")
+    upper = {str(k).upper(): v for k, v in row.items()}
+    missing = [c for c in REQUIRED if c not in upper]
+    if missing:
+        raise ShardValueError(
+            f"{where}: missing column(s) {', '.join(missing)}; rows need the split statistics "
+            f"columns {', '.join(REQUIRED)} (and AFFECTED_TABLES, UNSPLITTABLE_REASONS)"
+        )
+    try:
+        score = int(float(upper["CPU_USAGE_SCORE"]))
+    except (TypeError, ValueError):
+        raise ShardValueError(
+            f"{where}: CPU_USAGE_SCORE {upper['CPU_USAGE_SCORE']!r} is not a number"
+        ) from None
+    return SplitRow(
+        _timestamp(upper["INTERVAL_END"], where),
+        str(upper["SPLIT_START"]),
+        str(upper["SPLIT_LIMIT"]),
+        score,
+        _names(upper.get("AFFECTED_TABLES")),
+        _names(upper.get("UNSPLITTABLE_REASONS")),
+    )
+
+
+def rows_from_file(path: str | Path) -> list[dict[str, Any]]:
+    """Rows exported as CSV (a header of column names) or JSON (a list of objects)."""
+    p = Path(path)
+    if not p.is_file():
+        raise ShardConfigError(f"no such file: {str(p)!r} (give a CSV or JSON export)")
+    text = p.read_text(encoding="utf-8")
+    if p.suffix.lower() == ".json" or text.lstrip().startswith(("[", "{")):
+        try:
+            data = json.loads(text)
+        except ValueError as exc:
+            raise ShardValueError(f"{str(p)!r} is not valid JSON: {exc}") from None
+        if isinstance(data, dict):
+            data = data.get("rows", data.get("results", [data]))
+        if not isinstance(data, list):
+            raise ShardValueError(f"{str(p)!r}: expected a JSON list of rows")
+        return data
+    return list(csv.DictReader(text.splitlines()))
+
+
+def _is_emulator(engine: Any) -> bool:
+    if os.environ.get("SPANNER_EMULATOR_HOST"):
+        return True
+    return "emulator" in str(getattr(engine, "url", "")).lower()
+
+
+def rows_from_engine(engine: Any, window: str, since: dt.datetime) -> list[dict[str, Any]]:
+    """Read the split statistics view of ``window`` from a Spanner engine."""
+    from sqlalchemy import text
+
+    from sharded_orm.spanner import is_spanner
+
+    if not is_spanner(engine):
+        name = getattr(getattr(engine, "dialect", None), "name", type(engine).__name__)
+        raise StatisticsUnavailableError(
+            f"doctor reads Spanner's split statistics, but this engine is {name!r} "
+            f"({getattr(engine, 'url', '?')!s}): give an engine on Spanner "
+            "(spanner+spanner:///projects/P/instances/I/databases/D) or exported rows"
+        )
+    emulator = _is_emulator(engine)
+    try:
+        with engine.connect() as conn:
+            result = conn.execute(text(query_for(window)), {"since": since})
+            rows = [dict(r._mapping) for r in result]
+    except Exception as exc:
+        if emulator:
+            raise StatisticsUnavailableError(EMULATOR_MESSAGE) from exc
+        raise StatisticsUnavailableError(
+            f"cannot read {VIEWS[window]}: {exc}. The split statistics need a real Spanner "
+            "database and the spanner.databases.select permission"
+        ) from exc
+    if not rows and emulator:
+        raise StatisticsUnavailableError(EMULATOR_MESSAGE)
+    return rows
+
+
+def load_rows(source: Any, window: str, since: dt.datetime | None) -> list[SplitRow]:
+    """Split rows from an engine, a file path, or an iterable of dicts, from ``since`` on."""
+    if window not in VIEWS:
+        raise ShardConfigError(f"window must be one of {', '.join(VIEWS)}, got {window!r}")
+    if hasattr(source, "dialect") and hasattr(source, "connect"):
+        start = since or dt.datetime.now(dt.timezone.utc) - dt.timedelta(hours=6)
+        raw: Iterable[Any] = rows_from_engine(source, window, start)
+    elif isinstance(source, (str, Path)):
+        text = str(source)
+        if "://" in text:
+            raise StatisticsUnavailableError(
+                f"{text!r} is a URL: doctor takes an Engine (sqlalchemy.create_engine(url)) "
+                "or, on the command line, a spanner+spanner:// URL"
+            )
+        raw = rows_from_file(source)
+    elif isinstance(source, Iterable) and not isinstance(source, Mapping):
+        raw = source
+    else:
+        raise ShardTypeError(
+            "source must be an Engine on Spanner, an iterable of dicts keyed by the split "
+            f"statistics columns, or a CSV/JSON file path; got {source!r}"
+        )
+    rows = [split_row(r, f"row {i + 1}") for i, r in enumerate(raw)]
+    if since is not None:
+        rows = [r for r in rows if r.interval_end >= since]
+    return rows
