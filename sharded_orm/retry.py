@@ -202,13 +202,17 @@ def _number(value: object, what: str, *, minimum: float, allow_none: bool = Fals
 class RetryPolicy:
     """How long and how often to try.
 
-    ``attempts``: calls at most (1 = no retry). ``deadline``: seconds for the whole
+    ``attempts``: calls at most (1 = no retry) when they fail with an unknown outcome or
+    transient error. ``contention_attempts``: calls at most while they fail with ABORTED
+    and the like (contention: nothing was applied; Spanner's own clients retry these
+    until their deadline, so they get a budget of their own). ``deadline``: seconds for the whole
     operation, attempts and waits included (None: no overall limit; every RPC is still
     bounded by ``call_timeout``). ``call_timeout``: the most one attempt's RPC may take.
     Waits grow as ``base_delay * 2**n`` up to ``max_delay``, with full jitter.
     """
 
     attempts: int = 8
+    contention_attempts: int = 100
     deadline: float | None = 120.0
     call_timeout: float = 60.0
     base_delay: float = 0.05
@@ -219,6 +223,16 @@ class RetryPolicy:
             raise ShardTypeError(f"attempts must be an int, got {self.attempts!r}")
         if not 1 <= self.attempts <= 10_000:
             raise ShardConfigError(f"attempts must be between 1 and 10000, got {self.attempts}")
+        if isinstance(self.contention_attempts, bool) or not isinstance(
+            self.contention_attempts, int
+        ):
+            raise ShardTypeError(
+                f"contention_attempts must be an int, got {self.contention_attempts!r}"
+            )
+        if not 1 <= self.contention_attempts <= 10_000:
+            raise ShardConfigError(
+                f"contention_attempts must be between 1 and 10000, got {self.contention_attempts}"
+            )
         _number(self.deadline, "deadline", minimum=0.0, allow_none=True)
         if _number(self.call_timeout, "call_timeout", minimum=0.001) == math.inf:
             raise ShardConfigError("call_timeout must be finite")
@@ -284,7 +298,8 @@ def retry_call(
     (another worker failed). ``deadline`` shares one overall deadline between calls.
     """
     clock = deadline or Deadline(policy.deadline)
-    attempt = 0
+    attempt = failed = contended = 0
+    last: BaseException
     while True:
         attempt += 1
         timeout = min(policy.call_timeout, clock.remaining())
@@ -299,46 +314,58 @@ def retry_call(
             )
         try:
             return fn(timeout)
+        except ShardingError as exc:
+            if not isinstance(exc, TransientError):
+                raise  # the library's own clear error (bad input, exhausted...): as it is
+            outcome, retry, last = Outcome.RETRY, True, exc
         except Exception as exc:
-            outcome = classify(exc)
+            outcome, last = classify(exc), exc
             retry = outcome is Outcome.RETRY or (idempotent and outcome is Outcome.UNKNOWN)
-            wait = policy.delay(attempt - 1)
-            why = ""
-            if not retry:
-                why = f"not retryable ({outcome.value})"
-            elif attempt >= policy.attempts:
-                why = f"{attempt} attempts made, none succeeded"
-            elif should_stop is not None and should_stop():
-                why = "stopped because another part of the operation failed"
-            elif clock.remaining() <= wait:
-                why = f"the deadline of {policy.deadline} s passed"
-            if why:
-                late = why.startswith("the deadline")
-                cls = RetryDeadlineError if late else RetryError
-                unknown = (
-                    " Its last attempt may have been applied (the outcome is unknown)."
-                    if outcome is Outcome.UNKNOWN
-                    else ""
-                )
-                raise cls(
-                    f"{what} failed: {why}, after {attempt} attempt(s) in "
-                    f"{clock.elapsed():.1f} s; last error: {_describe(exc)}.{unknown} "
-                    f"{resume}".rstrip(),
-                    attempts=attempt,
-                    elapsed=clock.elapsed(),
-                    outcome=outcome,
-                    last_error=exc,
-                ) from exc
-            if on_retry is not None:
-                on_retry(exc, outcome)
-            time.sleep(wait)
+        wait = policy.delay(attempt - 1)
+        why = ""
+        if not retry:
+            why = f"not retryable ({outcome.value})"
+        elif (
+            outcome is Outcome.RETRY and (contended := contended + 1) >= policy.contention_attempts
+        ):
+            why = f"{attempt} attempts made, {contended} of them aborted by contention"
+        elif outcome is not Outcome.RETRY and (failed := failed + 1) >= policy.attempts:
+            why = f"{attempt} attempts made, none succeeded"
+        elif should_stop is not None and should_stop():
+            why = "stopped because another part of the operation failed"
+        elif clock.remaining() <= wait:
+            why = f"the deadline of {policy.deadline} s passed"
+        if why:
+            cls = RetryDeadlineError if why.startswith("the deadline") else RetryError
+            unknown = (
+                " Its last attempt may have been applied (the outcome is unknown)."
+                if outcome is Outcome.UNKNOWN
+                else ""
+            )
+            raise cls(
+                f"{what} failed: {why}, after {attempt} attempt(s) in "
+                f"{clock.elapsed():.1f} s; last error: {_describe(last)}.{unknown} "
+                f"{resume}".rstrip(),
+                attempts=attempt,
+                elapsed=clock.elapsed(),
+                outcome=outcome,
+                last_error=last,
+            ) from last
+        if on_retry is not None:
+            on_retry(last, outcome)
+        time.sleep(wait)
 
 
 def _describe(exc: BaseException) -> str:
     """The most telling line of an error chain: the innermost message that says something."""
-    best = f"{type(exc).__name__}: {exc}"
+    found: list[tuple[int, str]] = []
     for e in error_chain(exc):
-        text = str(e).strip()
-        if text and text not in ("[]", "None"):
-            best = f"{type(e).__name__}: {text.splitlines()[0][:300]}"
-    return best
+        text = " ".join(str(e).split())
+        if not text or text in ("[]", "None") or text.startswith("<"):
+            continue  # the DB-API's empty wrappers, grpc's raw RpcError repr
+        # an error with a status (google.api_core's) says most; then the outermost
+        rank = 0 if _status_name(e) and not type(e).__name__.startswith("_") else 1
+        found.append((rank, f"{type(e).__name__}: {text[:300]}"))
+    if not found:
+        return f"{type(exc).__name__}: {exc!r}"[:300]
+    return min(found, key=lambda f: f[0])[1]

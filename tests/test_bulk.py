@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import datetime as dt
+import logging
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from google.api_core import exceptions as gexc
 from seed_models import LogEntry, Sharded
 
 from sharded_orm import ShardConfigError, ShardTypeError, compute_shard
@@ -73,56 +73,6 @@ def test_100k_rows_on_the_emulator(spanner_engine: sa.Engine) -> None:
     assert stored(spanner_engine) == expected(rows)
 
 
-class FlakyDatabase:
-    """A Spanner Database whose commits fail: some transiently, some for good."""
-
-    def __init__(self, real: Any, *, abort_every: int = 0, fail_after: int | None = None) -> None:
-        self.real, self.calls, self.abort_every, self.fail_after = real, 0, abort_every, fail_after
-
-    def batch(self) -> Any:
-        self.calls += 1
-        if self.fail_after is not None and self.calls > self.fail_after:
-            raise gexc.PermissionDenied("injected: permanent failure")
-        if self.abort_every and self.calls % self.abort_every == 0:
-            raise gexc.Aborted("injected: transaction aborted")
-        return self.real.batch()
-
-
-@pytest.mark.emulator
-def test_aborts_are_retried(spanner_emulator: Any) -> None:
-    db = spanner_emulator.create_database()
-    engine = spanner_emulator.engine(db)
-    Sharded.metadata.create_all(engine)
-    rows = entries(2000)
-    flaky = FlakyDatabase(spanner_emulator.database(db), abort_every=3)
-    report = bulk_load(flaky, LogEntry, rows, workers=2, batch_bytes=10_000)
-    assert report.complete and report.retries > 0
-    assert stored(engine) == expected(rows)
-    engine.dispose()
-
-
-@pytest.mark.emulator
-def test_interrupted_load_is_finished_by_a_second_run(spanner_emulator: Any) -> None:
-    db = spanner_emulator.create_database()
-    engine = spanner_emulator.engine(db)
-    Sharded.metadata.create_all(engine)
-    rows = entries(2000)
-    flaky = FlakyDatabase(spanner_emulator.database(db), fail_after=12)
-    with pytest.raises(BulkLoadError, match="Run the same load again") as info:
-        bulk_load(flaky, LogEntry, rows, workers=2, batch_bytes=10_000)
-    report = info.value.report
-    assert not report.complete and report.failed_batch is not None
-    assert 0 < len(report.committed_batches) < report.batches
-    partial = stored(engine)
-    assert 0 < len(partial) < 2000 and set(partial) <= set(expected(rows))
-    again = bulk_load(
-        engine, LogEntry, rows, workers=2, batch_bytes=10_000, mode="insert_or_update"
-    )
-    assert again.complete
-    assert stored(engine) == expected(rows)  # nothing lost, nothing doubled
-    engine.dispose()
-
-
 def test_sqlite_resume_with_insert_or_update() -> None:
     eng = sa.create_engine("sqlite://")
     Sharded.metadata.create_all(eng)
@@ -143,14 +93,17 @@ def test_deferred_indexes_are_back_after_the_load() -> None:
     ]
 
 
-def test_progress_is_quiet_off_a_terminal(capsys: pytest.CaptureFixture[str]) -> None:
+def test_progress_goes_to_the_log_off_a_terminal(
+    capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
     eng = sa.create_engine("sqlite://")
     Sharded.metadata.create_all(eng)
-    bulk_load(eng, LogEntry, entries(50))
-    assert capsys.readouterr().err == ""
-    bulk_load(eng, LogEntry, entries(50, start=50), progress=True)
-    err = capsys.readouterr().err
-    assert "bulk_load: 50/50 rows" in err and "rows/s" in err
+    with caplog.at_level(logging.INFO, logger="sharded_orm.progress"):
+        bulk_load(eng, LogEntry, entries(50))
+        bulk_load(eng, LogEntry, entries(50, start=50), progress=False)
+    assert capsys.readouterr().err == ""  # never a redrawn line off a terminal
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 2 and "bulk_load LogEntries: done, 50 rows" in lines[1]
 
 
 @pytest.mark.parametrize(
@@ -188,6 +141,26 @@ def test_progress_is_quiet_off_a_terminal(capsys: pytest.CaptureFixture[str]) ->
         ),
         (entries(1), {"batch_bytes": "4MB"}, ShardTypeError, "batch_bytes"),
         (entries(1), {"max_retries": -1}, ShardConfigError, "max_retries"),
+        (entries(1), {"max_retries": 1.0}, ShardTypeError, "max_retries"),
+        (entries(1), {"workers": 10**6}, ShardConfigError, "workers must be at most 256"),
+        (entries(1), {"batch_bytes": True}, ShardTypeError, "batch_bytes"),
+        (entries(1), {"seed": "x"}, ShardTypeError, "seed"),
+        (entries(1), {"progress": "yes"}, ShardTypeError, "progress"),
+        (entries(1), {"deadline": -1}, ShardConfigError, "deadline"),
+        (entries(1), {"commit_timeout": 0}, ShardConfigError, "commit_timeout"),
+        (entries(1), {"commit_timeout": 7200}, ShardConfigError, "commit_timeout"),
+        (
+            entries(3) + entries(1, start=1),
+            {},
+            BulkValidationError,
+            "row 3: its primary key .* is also the key of row 1",
+        ),
+        (
+            entries(3) + entries(1, start=1),
+            {"mode": "insert_or_update"},
+            BulkValidationError,
+            "row 3: its primary key",
+        ),
         ([("a", "u", T0)], {}, BulkValidationError, "row 0: rows are mappings"),
         (
             [{"company_id": "a", "user_id": "u", "ts": T0, "nope": 1}],
@@ -205,6 +178,17 @@ def test_bad_input_is_refused_before_anything_is_written(
     with pytest.raises(error, match=message):
         bulk_load(eng, LogEntry, rows, **kwargs)
     assert stored(eng) == []
+
+
+def test_a_url_is_not_a_bind() -> None:
+    with pytest.raises(ShardTypeError, match=r"bind must be .*got str 'sqlite://'.*create_engine"):
+        bulk_load("sqlite://", LogEntry, entries(1))
+
+
+def test_an_int_beyond_int64_is_refused() -> None:
+    t = sa.Table("Ints", sa.MetaData(), sa.Column("k", sa.BigInteger, primary_key=True))
+    with pytest.raises(BulkValidationError, match=r"row 1: column 'k': 9223372036854775808 does"):
+        bulk_load(sa.create_engine("sqlite://"), t, [{"k": 1}, {"k": 2**63}])
 
 
 def test_table_without_primary_key() -> None:
@@ -233,26 +217,42 @@ def test_deferred_indexes_on_the_emulator(spanner_engine: sa.Engine) -> None:
     assert names == ["LogEntriesByCompany"]
 
 
-def test_failed_load_with_deferred_indexes_is_finished_by_the_rerun() -> None:
+def test_failed_load_with_deferred_indexes_puts_them_back() -> None:
     eng = sa.create_engine("sqlite://")
     Sharded.metadata.create_all(eng)
     rows = entries(500)
     bulk_load(eng, LogEntry, rows[250:260])  # these make a plain insert fail midway
-    with pytest.raises(BulkLoadError, match="LogEntriesByCompany are dropped") as info:
+    with pytest.raises(BulkLoadError, match="IntegrityError") as info:
         bulk_load(eng, LogEntry, rows, defer_indexes=True)
     report = info.value.report
-    assert report.dropped_indexes == ["LogEntriesByCompany"] and not report.complete
-    assert sa.inspect(eng).get_indexes("LogEntries") == []
+    assert report.dropped_indexes == [] and not report.complete
+    assert "are dropped" not in str(info.value)
+    names = [ix["name"] for ix in sa.inspect(eng).get_indexes("LogEntries")]
+    assert names == ["LogEntriesByCompany"]
     again = bulk_load(eng, LogEntry, rows, mode="insert_or_update", defer_indexes=True)
     assert again.complete and again.dropped_indexes == []
+    assert [ix["name"] for ix in sa.inspect(eng).get_indexes("LogEntries")] == names
+    assert stored(eng) == expected(rows)
+
+
+def test_a_rerun_recreates_indexes_a_dead_load_left_dropped() -> None:
+    """A load killed with its indexes dropped: the same call re-creates them."""
+    eng = sa.create_engine("sqlite://")
+    Sharded.metadata.create_all(eng)
+    for ix in T.indexes:
+        ix.drop(eng)
+    rows = entries(100)
+    report = bulk_load(eng, LogEntry, rows, defer_indexes=True)
+    assert report.complete and report.dropped_indexes == []
     assert [ix["name"] for ix in sa.inspect(eng).get_indexes("LogEntries")] == [
         "LogEntriesByCompany"
     ]
-    assert stored(eng) == expected(rows)
 
 
 def test_deferred_indexes_need_an_engine() -> None:
     class Database:  # what a google-cloud-spanner Database looks like to bulk_load
+        spanner_api = None
+
         def batch(self) -> Any:
             raise AssertionError("nothing may be written")
 

@@ -79,11 +79,11 @@ def test_commits_stay_within_the_mutation_limit(mock_spanner: Any) -> None:
 
 @pytest.mark.parametrize("code", ["ABORTED", "UNAVAILABLE", "RESOURCE_EXHAUSTED"])
 def test_transient_commit_errors_are_retried(mock_spanner: Any, code: str) -> None:
-    """The client retries these itself at first; what it gives up on, we retry."""
+    """Retried by us alone (the client's own retries are off: one commit per attempt)."""
     mock_spanner.add_error("Commit", code, times=1)
     report = bulk_load(mock_spanner.engine(), LogEntry, entries(300), workers=1)
     assert report.complete and report.commits == report.batches
-    assert len(mock_spanner.commits()) == report.batches + 1
+    assert len(mock_spanner.commits()) == report.batches + 1 and report.retries == 1
 
 
 def test_emulator_lost_transactions_are_retried_by_us(mock_spanner: Any) -> None:
@@ -94,10 +94,19 @@ def test_emulator_lost_transactions_are_retried_by_us(mock_spanner: Any) -> None
 
 
 def test_retries_are_bounded(mock_spanner: Any) -> None:
-    mock_spanner.add_error("Commit", "INTERNAL", "Transaction not found", times=3)
-    with pytest.raises(BulkLoadError, match="after 2 retries") as info:
+    mock_spanner.add_error("Commit", "UNAVAILABLE", "injected", times=3)
+    with pytest.raises(BulkLoadError, match="3 attempts made.*ServiceUnavailable") as info:
         bulk_load(mock_spanner.engine(), LogEntry, entries(30), workers=1, max_retries=2)
     assert info.value.report.retries == 2 and info.value.report.committed_batches == []
+    assert info.value.report.unknown_batches == [info.value.report.failed_batch]
+    assert "may have been applied" in str(info.value)
+
+
+def test_contention_has_its_own_budget(mock_spanner: Any) -> None:
+    """ABORTED means nothing was applied: retried past max_retries (up to 100 times)."""
+    mock_spanner.add_error("Commit", "ABORTED", "injected", times=5)
+    report = bulk_load(mock_spanner.engine(), LogEntry, entries(30), workers=1, max_retries=1)
+    assert report.complete and report.retries == 5
 
 
 def test_an_ambiguous_commit_is_retried_as_insert_or_update(mock_spanner: Any) -> None:

@@ -14,19 +14,17 @@ them encoded; raw bytes that happen to be valid UTF-8 would be stored decoded: g
 from __future__ import annotations
 
 import base64
-from collections.abc import Callable, Sequence
-from typing import Any
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, suppress
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 
-#: Failures a new attempt of the same commit can cure. ABORTED is Spanner's "retry me";
-#: UNAVAILABLE, DEADLINE_EXCEEDED and RESOURCE_EXHAUSTED are transient; INTERNAL is what
-#: the emulator answers when concurrent transactions trip over each other.
-TRANSIENT = ("Aborted", "ServiceUnavailable", "DeadlineExceeded", "InternalServerError",
-             "ResourceExhausted")  # fmt: skip
-#: Of those, the ones after which the commit may have been applied anyway.
-AMBIGUOUS = ("ServiceUnavailable", "DeadlineExceeded", "InternalServerError")
-_MARKERS = ("transaction not found", "invalid transaction", "aborted")
+from sharded_orm.retry import TransientError
+
+T = TypeVar("T")
 
 
 def database_of(bind: Any) -> Any:
@@ -67,24 +65,178 @@ def key_order(value: Any) -> Any:
     return value
 
 
-def is_transient(exc: BaseException) -> bool:
-    """True when retrying the same commit may succeed."""
-    chain: list[BaseException] = []
-    current: BaseException | None = exc
-    while current is not None and current not in chain:  # gRPC errors can form a cycle
-        chain.append(current)
-        current = current.__cause__ or current.__context__
-    return any(
-        type(e).__name__ in TRANSIENT or any(m in str(e).lower() for m in _MARKERS) for e in chain
-    )
+class SessionLost(TransientError):
+    """The server forgot our session (it expired, or the server restarted): a new session
+    and a new attempt can succeed."""
 
 
-def is_ambiguous(exc: BaseException) -> bool:
-    """True when the failed commit may have been applied (its outcome is unknown)."""
-    return type(exc).__name__ in AMBIGUOUS
+class RawSpanner:
+    """google-cloud-spanner's Spanner API calls with *our* timeout and no client retries.
+
+    Why: the client retries a commit's UNAVAILABLE for up to an hour (its commit deadline
+    is 3,600 s) and the DB-API replays ABORTED transactions internally, so retries of our
+    own nest under the client's and a dead server is noticed after an hour. Every call
+    here passes ``retry=None`` and the caller's ``timeout``: :mod:`sharded_orm.retry`
+    decides alone. One session per thread, created on first use, deleted by :meth:`close`.
+    """
+
+    def __init__(self, database: Any) -> None:
+        self.database = database
+        self.api = database.spanner_api
+        self.metadata = [
+            ("google-cloud-resource-prefix", database.name),
+            ("x-goog-spanner-route-to-leader", "true"),
+        ]
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._sessions: set[str] = set()
+
+    def _session(self, timeout: float) -> str:
+        name: str | None = getattr(self._local, "session", None)
+        if name is None:
+            from google.cloud.spanner_v1 import CreateSessionRequest
+
+            request = CreateSessionRequest(database=self.database.name)
+            made = self.api.create_session(
+                request=request, metadata=self.metadata, timeout=timeout, retry=None
+            )
+            name = str(made.name)
+            self._local.session = name
+            with self._lock:
+                self._sessions.add(name)
+        return name
+
+    @contextmanager
+    def _session_checked(self) -> Iterator[None]:
+        """A 'Session not found' becomes :class:`SessionLost` (and the session is forgotten)."""
+        try:
+            yield
+        except Exception as exc:
+            if "session not found" in str(exc).lower():
+                with self._lock:
+                    self._sessions.discard(getattr(self._local, "session", None) or "")
+                self._local.session = None
+                raise SessionLost(f"the server lost our session: {exc}") from exc
+            raise
+
+    def commit_mutations(
+        self, table: str, columns: Sequence[str], values: list[Any], mode: str, timeout: float
+    ) -> None:
+        """One single-use commit writing ``values`` with ``insert`` or ``insert_or_update``."""
+        from google.cloud.spanner_v1 import CommitRequest, TransactionOptions
+        from google.cloud.spanner_v1.batch import Batch
+
+        # the client's Batch encodes the values; its commit (with the client's hour-long
+        # retries) is never called: we send its mutations ourselves
+        collector = Batch(self.database.session())  # type: ignore[no-untyped-call]
+        getattr(collector, mode)(table, columns=list(columns), values=values)
+        deadline = time.monotonic() + timeout
+        with self._session_checked():
+            request = CommitRequest(
+                session=self._session(timeout),
+                mutations=collector._mutations,
+                single_use_transaction=TransactionOptions(
+                    read_write=TransactionOptions.ReadWrite()
+                ),
+            )
+            self.api.commit(
+                request=request, metadata=self.metadata, timeout=_left(deadline), retry=None
+            )
+
+    def read_write(self, work: Callable[[RawTransaction], T], timeout: float) -> T:
+        """``work(txn)`` in one read-write transaction, committed; rolled back on failure.
+
+        Nothing is replayed here: an ABORTED commit raises, and the caller's policy runs
+        ``work`` again from the start (reading fresh values)."""
+        from google.cloud.spanner_v1 import CommitRequest, TransactionOptions
+
+        deadline = time.monotonic() + timeout
+        with self._session_checked():
+            session = self._session(timeout)
+            begun = self.api.begin_transaction(
+                session=session,
+                options=TransactionOptions(read_write=TransactionOptions.ReadWrite()),
+                metadata=self.metadata,
+                timeout=_left(deadline),
+                retry=None,
+            )
+            txn = RawTransaction(self, session, begun.id, deadline)
+            try:
+                result = work(txn)
+                request = CommitRequest(session=session, transaction_id=begun.id)
+                self.api.commit(
+                    request=request, metadata=self.metadata, timeout=_left(deadline), retry=None
+                )
+            except BaseException:
+                with suppress(Exception):
+                    self.api.rollback(
+                        session=session,
+                        transaction_id=begun.id,
+                        metadata=self.metadata,
+                        timeout=min(2.0, _left(deadline) + 0.5),
+                        retry=None,
+                    )
+                raise
+            return result
+
+    def close(self) -> None:
+        """Delete our sessions (best effort: a dead server keeps them, they expire)."""
+        with self._lock:
+            names, self._sessions = self._sessions, set()
+        for name in names:
+            with suppress(Exception):
+                self.api.delete_session(name=name, metadata=self.metadata, timeout=2.0, retry=None)
 
 
-def commit(database: Any, table: str, columns: Sequence[str], values: list[Any], mode: str) -> None:
-    """One commit: ``values`` written with ``insert`` or ``insert_or_update``."""
-    with database.batch() as batch:
-        getattr(batch, mode)(table, columns=list(columns), values=values)
+class RawTransaction:
+    """Statements inside :meth:`RawSpanner.read_write` (parameters: INT64 and STRING)."""
+
+    def __init__(self, raw: RawSpanner, session: str, txn_id: bytes, deadline: float) -> None:
+        self.raw, self.session, self.id, self.deadline = raw, session, txn_id, deadline
+        self.seqno = 0
+
+    def _execute(self, sql: str, params: dict[str, int | str]) -> Any:
+        from google.cloud.spanner_v1 import ExecuteSqlRequest, TransactionSelector, Type, TypeCode
+        from google.protobuf import struct_pb2
+
+        fields, types = {}, {}
+        for key, v in params.items():
+            code = TypeCode.STRING if isinstance(v, str) else TypeCode.INT64
+            fields[key] = struct_pb2.Value(string_value=str(v))
+            types[key] = Type(code=code)
+        self.seqno += 1
+        request = ExecuteSqlRequest(
+            session=self.session,
+            transaction=TransactionSelector(id=self.id),
+            sql=sql,
+            params=struct_pb2.Struct(fields=fields),
+            param_types=types,
+            seqno=self.seqno,
+        )
+        return self.raw.api.execute_sql(
+            request=request,
+            metadata=self.raw.metadata,
+            timeout=_left(self.deadline),
+            retry=None,
+        )
+
+    def query(self, sql: str, params: dict[str, int | str]) -> list[list[Any]]:
+        """Rows of a query, each cell as sent (INT64 as a decimal string, NULL as None)."""
+        result = self._execute(sql, params)
+        return [[_cell(v) for v in row] for row in result.rows]
+
+    def update(self, sql: str, params: dict[str, int | str]) -> int:
+        """Run a DML statement; the number of rows it changed."""
+        return int(self._execute(sql, params).stats.row_count_exact)
+
+
+def _cell(value: Any) -> Any:
+    if value is None or isinstance(value, (str, bool, int, float)):
+        return value
+    kind = value.WhichOneof("kind")
+    return None if kind == "null_value" else getattr(value, kind)
+
+
+def _left(deadline: float) -> float:
+    """Seconds until ``deadline``; a call with none left times out at once."""
+    return max(0.001, deadline - time.monotonic())

@@ -1,0 +1,254 @@
+"""Bulk loading, step 1 and 2: rows prepared and checked, then cut into key ranges.
+
+Pure functions (no I/O): every row is filled (defaults, ids, shard columns as the ORM
+would), checked (types, lengths, INT64 range, duplicate keys) and converted for the wire
+before anything is written, so a bad row stops the load with its position and nothing
+written; then the rows are sorted by key and cut into ranges and batches.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import enum
+import json
+import random
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy import types as sqltypes
+
+from sharded_orm.errors import ShardConfigError, ShardingError, ShardTypeError
+from sharded_orm.schema.columns import ATTR_COLUMNS_KEY, ShardComputed, shard_columns
+from sharded_orm.write.sql import MISSING, evaluate_default
+
+RANGES_PER_WORKER = 10
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+
+class BulkValidationError(ShardingError, ValueError):
+    """A row that cannot be loaded; ``position`` is its index in the input."""
+
+    def __init__(self, message: str, position: int) -> None:
+        super().__init__(f"row {position}: {message}")
+        self.position = position
+
+
+_PYTHON_TYPES: list[tuple[type[sqltypes.TypeEngine[Any]], tuple[type, ...]]] = [
+    (sqltypes.Boolean, (bool,)),
+    (sqltypes.Integer, (int,)),
+    (sqltypes.Float, (float, int, Decimal)),
+    (sqltypes.Numeric, (Decimal, int)),
+    (sqltypes.DateTime, (dt.datetime,)),
+    (sqltypes.Date, (dt.date,)),
+    (sqltypes.Enum, (str, enum.Enum)),
+    (sqltypes.String, (str,)),
+    (sqltypes._Binary, (bytes,)),
+    (sqltypes.Uuid, (uuid.UUID, str)),
+]
+
+
+def expected_types(col: sa.Column[Any]) -> tuple[type, ...] | None:
+    t = col.type
+    if isinstance(t, sqltypes.TypeDecorator):
+        t = t.impl_instance
+    for sa_type, py in _PYTHON_TYPES:
+        if isinstance(t, sa_type):
+            return py
+    return None
+
+
+def check_value(col: sa.Column[Any], want: tuple[type, ...] | None, v: Any) -> str | None:
+    """Why ``v`` cannot go into ``col``, or None."""
+    if want is not None and (not isinstance(v, want) or (bool not in want and isinstance(v, bool))):
+        return (
+            f"column {col.key!r} takes {'/'.join(t.__name__ for t in want)}, "
+            f"got {type(v).__name__} {v!r}"
+        )
+    if isinstance(v, int) and not isinstance(v, bool) and not INT64_MIN <= v <= INT64_MAX:
+        return f"column {col.key!r}: {v} does not fit in an INT64 (-2**63 .. 2**63 - 1)"
+    if isinstance(v, dt.datetime) and v.tzinfo is None:
+        return f"column {col.key!r}: naive datetime {v!r}; give it a timezone (UTC)"
+    length = getattr(col.type, "length", None)
+    if isinstance(v, (str, bytes)) and isinstance(length, int) and len(v) > length:
+        return f"column {col.key!r} holds at most {length} characters, got {len(v)}"
+    return None
+
+
+def value_size(value: Any) -> int:
+    """Bytes a value takes in a commit, roughly (strings by their UTF-8 length)."""
+    if value is None:
+        return 1
+    if isinstance(value, str):
+        return len(value.encode()) + 8
+    if isinstance(value, bytes):
+        return len(value) + 8
+    if isinstance(value, (list, tuple)):
+        return 8 + sum(value_size(v) for v in value)
+    if isinstance(value, dict):
+        return len(json.dumps(value, default=str)) + 8
+    return 16
+
+
+@dataclass
+class Prepared:
+    columns: list[str]
+    rows: list[tuple[Any, ...]]  # in input order, as they will be sent
+    keys: list[tuple[Any, ...]]  # primary-key values as stored (for the range order)
+    sizes: list[int]
+
+
+def written_columns(table: sa.Table, on_spanner: bool) -> list[sa.Column[Any]]:
+    """Columns the load sends: not the server's generated ones, except our server-side
+    shards off Spanner, which the client fills there."""
+    server_made = {sc.key for sc in shard_columns(table) if sc.server_side and on_spanner}
+    return [
+        c
+        for c in table.columns
+        if c.key not in server_made
+        and (c.computed is None or (not on_spanner and isinstance(c.computed, ShardComputed)))
+    ]
+
+
+def prepare_rows(
+    table: sa.Table,
+    rows: Iterable[Mapping[str, Any]],
+    cols: list[sa.Column[Any]],
+    processors: list[Any] | None,
+    key_order: Any,
+) -> Prepared:
+    """Fill defaults, ids and shards, check every value, convert for the wire.
+
+    ``processors`` are the columns' bind processors (on Spanner: the mutation API runs
+    none of SQLAlchemy's) and ``key_order`` maps a bound key value to its stored order;
+    None elsewhere, where Core converts.
+    """
+    attr_map: dict[str, Any] = table.info.get(ATTR_COLUMNS_KEY, {})
+    written = {c.key for c in cols}
+    shards = [sc for sc in shard_columns(table) if sc.key in written]
+    for c in table.primary_key.columns:
+        if c.identity is not None or c.server_default is not None:
+            raise ShardConfigError(
+                f"bulk_load needs every key value up front, but {table.name}.{c.key} is filled "
+                "by the server; give the rows their ids (e.g. from a SpannerSequence pool)"
+            )
+    names = [c.key for c in cols]
+    pk_index = [names.index(c.key) for c in table.primary_key.columns]
+    expected = [expected_types(c) for c in cols]
+    out, keys, sizes = [], [], []
+    seen: dict[tuple[Any, ...], int] = {}
+    for pos, raw in enumerate(rows):
+        if not isinstance(raw, Mapping):
+            raise BulkValidationError(f"rows are mappings of column to value, got {raw!r}", pos)
+        row: dict[str, Any] = {}
+        for k, v in raw.items():
+            col = attr_map.get(k)
+            key = col.key if col is not None else k
+            if key not in table.c:
+                raise BulkValidationError(f"{k!r} is not a column of {table.name!r}", pos)
+            row[key] = v
+        for c in cols:
+            if c.key not in row and c.default is not None and "sharded_orm.shard" not in c.info:
+                v = evaluate_default(c, row)
+                if v is not MISSING:
+                    row[c.key] = v
+        for sc in shards:
+            try:
+                shard = sc.compute([row.get(k) for k in sc.source_keys])
+            except ShardingError as exc:
+                raise BulkValidationError(f"shard column {sc.name!r}: {exc}", pos) from None
+            given = row.get(sc.key)
+            if given is not None and given != shard:
+                raise BulkValidationError(
+                    f"{sc.name}={given!r} disagrees with its sources, which hash to {shard}", pos
+                )
+            row[sc.key] = shard
+        values = []
+        for c, want in zip(cols, expected, strict=True):
+            v = row.get(c.key)
+            if v is None:
+                if c.primary_key:
+                    raise BulkValidationError(f"key column {c.key!r} is missing", pos)
+                if not c.nullable:
+                    raise BulkValidationError(f"column {c.key!r} is NOT NULL but has no value", pos)
+            else:
+                problem = check_value(c, want, v)
+                if problem:
+                    raise BulkValidationError(problem, pos)
+            values.append(v)
+        if processors is not None:
+            try:
+                values = [p(v) if p is not None else v for p, v in zip(processors, values)]  # noqa: B905
+            except Exception as exc:
+                raise BulkValidationError(f"cannot convert the row: {exc!r}", pos) from exc
+        key = tuple(key_order(values[i]) if key_order else values[i] for i in pk_index)
+        first = seen.setdefault(key, pos)
+        if first != pos:
+            raise BulkValidationError(
+                f"its primary key {key!r} is also the key of row {first}; one load writes "
+                "each key once (drop or merge the duplicates)",
+                pos,
+            )
+        keys.append(key)
+        out.append(tuple(values))
+        sizes.append(sum(value_size(v) for v in values))
+    return Prepared(names, out, keys, sizes)
+
+
+def mutations_per_row(table: sa.Table, n_columns: int, skip_indexes: bool) -> int:
+    """Spanner counts an insert as one mutation per column written; each secondary index
+    adds its entry's cells. We count every column of every kept index (key parts and
+    STORING), an upper bound, so a commit never exceeds the limit."""
+    per_row = n_columns
+    if not skip_indexes:
+        for ix in table.indexes:
+            storing = ix.dialect_kwargs.get("spanner_storing") or ()
+            per_row += len(ix.expressions) + len(storing)
+    return per_row
+
+
+def plan_batches(
+    prep: Prepared, workers: int, byte_limit: int, rows_per_commit: int, seed: int
+) -> tuple[list[list[int]], dict[int, list[int]], list[int]]:
+    """(batches of row positions, worker -> batch ids in commit order, batch -> range).
+
+    Rows are sorted by key and cut into ``RANGES_PER_WORKER * workers`` contiguous ranges;
+    a batch never spans two ranges; range ``r`` belongs to worker ``r % workers``, which
+    commits its batches in a shuffled order.
+    """
+    try:
+        order = sorted(range(len(prep.rows)), key=prep.keys.__getitem__)
+    except TypeError as exc:
+        raise ShardTypeError(
+            f"key values of mixed types cannot be ordered ({exc}); give every row the same "
+            "type of value in each key column"
+        ) from None
+    n_ranges = max(1, min(len(order), RANGES_PER_WORKER * workers))
+    per_range = -(-len(order) // n_ranges) if order else 1
+    ranges = [order[i : i + per_range] for i in range(0, len(order), per_range)]
+    batches: list[list[int]] = []
+    batch_range: list[int] = []
+    for r, positions in enumerate(ranges):
+        current: list[int] = []
+        current_bytes = 0
+        for p in positions:
+            size = prep.sizes[p]
+            if current and (current_bytes + size > byte_limit or len(current) >= rows_per_commit):
+                batches.append(current)
+                batch_range.append(r)
+                current, current_bytes = [], 0
+            current.append(p)
+            current_bytes += size
+        if current:
+            batches.append(current)
+            batch_range.append(r)
+    rng = random.Random(seed)
+    by_worker: dict[int, list[int]] = {w: [] for w in range(workers)}
+    for b, r in enumerate(batch_range):
+        by_worker[r % workers].append(b)
+    for w in by_worker:
+        rng.shuffle(by_worker[w])  # no stream in key order
+    return batches, by_worker, batch_range
