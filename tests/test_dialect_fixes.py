@@ -14,6 +14,7 @@ import sqlalchemy as sa
 from google.api_core.exceptions import GoogleAPICallError, NotFound
 from google.cloud.spanner_dbapi import exceptions as dbapi_exceptions
 from google.cloud.sqlalchemy_spanner import sqlalchemy_spanner as stock
+from sqlalchemy import orm
 from sqlalchemy.schema import CreateIndex, CreateTable
 
 from sharded_orm import primary_key
@@ -155,3 +156,120 @@ def test_upstream_dbapi_lets_not_found_escape_unmapped(mock_spanner: Any, method
     finally:
         raw.close()
         engine.dispose()
+
+
+# ---------------------------------------------------------------- Spanner's parameter limit
+
+
+def test_dialect_batches_under_spanners_parameter_limit() -> None:
+    assert SpannerDialect.insertmanyvalues_max_parameters == 950
+    assert SpannerDialect.use_insertmanyvalues  # the flush batches multi-VALUES INSERTs
+
+
+def test_upstream_batches_over_spanners_parameter_limit() -> None:
+    # SQLAlchemy's default: 1,000 rows or 32,700 parameters per batch, far over 950
+    assert stock.SpannerDialect.insertmanyvalues_max_parameters > 950
+    assert stock.SpannerDialect.use_insertmanyvalues
+
+
+class _ParamBase(orm.DeclarativeBase):
+    pass
+
+
+class FiveColumns(_ParamBase):
+    """Five values sent per row; the generated column makes the flush fetch it back
+    (RETURNING), which is when SQLAlchemy batches rows into one multi-VALUES INSERT."""
+
+    __tablename__ = "five"
+    id: orm.Mapped[int] = orm.mapped_column(sa.BigInteger, primary_key=True, autoincrement=False)
+    c1: orm.Mapped[int] = orm.mapped_column(sa.BigInteger)
+    c2: orm.Mapped[int] = orm.mapped_column(sa.BigInteger)
+    c3: orm.Mapped[str] = orm.mapped_column(sa.String(16))
+    c4: orm.Mapped[str] = orm.mapped_column(sa.String(16))
+    generated: orm.Mapped[int] = orm.mapped_column(sa.BigInteger, sa.Computed("c1 + 1"))
+
+
+class ElevenColumns(_ParamBase):
+    __table__ = sa.Table(
+        "eleven",
+        _ParamBase.metadata,
+        sa.Column("id", sa.BigInteger, primary_key=True, autoincrement=False),
+        *[sa.Column(f"c{i}", sa.BigInteger) for i in range(1, 11)],
+        sa.Column("generated", sa.BigInteger, sa.Computed("c1 + 1")),
+    )
+
+
+class ParameterCounter:
+    """Records the number of parameters of every statement the engine sends."""
+
+    def __init__(self, engine: sa.Engine) -> None:
+        self.counts: list[int] = []
+        sa.event.listen(engine, "before_cursor_execute", self.record)
+
+    def record(self, conn: Any, cursor: Any, stmt: str, params: Any, ctx: Any, many: bool) -> None:
+        if stmt.lstrip().upper().startswith("INSERT"):
+            # executemany: a list of rows; a single statement: the values of one statement
+            nested = many and params and isinstance(params[0], (list, tuple, dict))
+            self.counts.append(max(len(p) for p in params) if nested else len(params))
+
+
+def five_rows(n: int, start: int = 0) -> list[dict[str, Any]]:
+    return [{"id": i, "c1": i, "c2": i, "c3": "x", "c4": "y"} for i in range(start, start + n)]
+
+
+def count_rows(engine: sa.Engine, table: sa.Table) -> int:
+    with engine.connect() as conn:
+        return int(conn.execute(sa.select(sa.func.count()).select_from(table)).scalar_one())
+
+
+@pytest.mark.emulator
+@pytest.mark.parametrize(("model", "n"), [(FiveColumns, 200), (ElevenColumns, 100)])
+def test_orm_flush_respects_the_parameter_limit(
+    spanner_engine: sa.Engine, model: Any, n: int
+) -> None:
+    _ParamBase.metadata.create_all(spanner_engine)
+    counter = ParameterCounter(spanner_engine)
+    table = model.__table__
+    columns = [c.key for c in table.columns if c.key != "generated"]
+
+    def value(column: str, i: int) -> Any:
+        return "v" if isinstance(table.c[column].type, sa.String) else i
+
+    with orm.Session(spanner_engine) as session:
+        session.add_all([model(**{c: value(c, i) for c in columns}) for i in range(n)])
+        session.commit()
+    assert count_rows(spanner_engine, model.__table__) == n
+    assert len(counter.counts) >= 2  # batched, each batch under the limit
+    assert max(counter.counts) <= 950
+
+
+@pytest.mark.emulator
+def test_executemany_with_returning_respects_the_limit(spanner_engine: sa.Engine) -> None:
+    _ParamBase.metadata.create_all(spanner_engine)
+    table = FiveColumns.__table__
+    counter = ParameterCounter(spanner_engine)
+    with spanner_engine.begin() as conn:
+        ids = conn.execute(sa.insert(table).returning(table.c.id), five_rows(500)).scalars().all()
+    assert len(set(ids)) == 500
+    assert max(counter.counts) <= 950
+    with spanner_engine.begin() as conn:  # plain executemany: one statement per row
+        conn.execute(sa.insert(table), five_rows(400, start=500))
+    assert count_rows(spanner_engine, table) == 900
+
+
+@pytest.mark.emulator
+def test_multi_values_insert_over_the_limit_is_refused_before_sending(
+    spanner_engine: sa.Engine,
+) -> None:
+    _ParamBase.metadata.create_all(spanner_engine)
+    table = FiveColumns.__table__
+    too_many = pytest.raises(sa.exc.ProgrammingError, match="at most 950 per statement")
+    with too_many, spanner_engine.begin() as conn:
+        conn.execute(sa.insert(table).values(five_rows(200)))
+    assert count_rows(spanner_engine, table) == 0
+    with spanner_engine.begin() as conn:
+        conn.execute(sa.insert(table).values(five_rows(190)))  # 190 x 5 = 950
+    assert count_rows(spanner_engine, table) == 190
+    long_in = pytest.raises(sa.exc.ProgrammingError, match="split a long IN list")
+    with long_in, spanner_engine.connect() as conn:
+        conn.execute(sa.select(table.c.id).where(table.c.c1.in_(range(1000)))).all()

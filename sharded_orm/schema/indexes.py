@@ -77,7 +77,7 @@ class ShardedIndex(Index):
         interleave_in: str | None = None,
         **kwargs: Any,
     ) -> None:
-        if not isinstance(name, str) or not name:
+        if not isinstance(name, str):
             raise ShardTypeError(f"ShardedIndex needs a name (str), got {name!r}")
         # The index exists for Spanner: a name Spanner refuses is refused here, at import
         check_spanner_name(name, "ShardedIndex name")

@@ -41,6 +41,9 @@ Fixes (sqlalchemy-spanner 1.20):
    set to 950, so SQLAlchemy sizes every batch under it; any other statement over the
    limit (``insert().values([...])`` with many rows, a long ``IN`` list) is refused before
    it is sent, with a ``ProgrammingError`` that says what to do instead.
+9. Reflection pastes table, schema and sequence names into its INFORMATION_SCHEMA
+   queries: ``has_table('has"quote')`` (run by ``create_all``) sent broken SQL. Our
+   reflection methods refuse names that are not valid Spanner names first.
 """
 
 from __future__ import annotations
@@ -207,6 +210,26 @@ def _check_parameter_count(parameters: Any) -> None:
         )
 
 
+def _reflects(name: str) -> Any:
+    """The stock reflection method ``name``, refusing names its SQL would hold as text.
+
+    The stock queries paste table, schema and sequence names into INFORMATION_SCHEMA
+    queries (``TABLE_NAME="{name}"``): a quote in a name broke the query, and could have
+    changed it. A name that is not a valid Spanner name cannot name anything there.
+    """
+    stock = getattr(_stock.SpannerDialect, name)
+
+    def method(self: Any, connection: Any, *args: Any, **kw: Any) -> Any:
+        for value in (*args, kw.get("schema"), *(kw.get("filter_names") or ())):
+            if isinstance(value, str) and value:
+                check_spanner_name(value, f"name given to {name}")
+        return stock(self, connection, *args, **kw)
+
+    method.__name__ = method.__qualname__ = name
+    method.__doc__ = stock.__doc__
+    return method
+
+
 class SpannerDialect(_stock.SpannerDialect):  # type: ignore[misc]
     """sqlalchemy-spanner's dialect with sharded-orm's fixes (see the module docstring)."""
 
@@ -220,6 +243,22 @@ class SpannerDialect(_stock.SpannerDialect):  # type: ignore[misc]
         (Table, {"interleave_in": None, "interleave_on_delete_cascade": False}),
         (Index, {"storing": None, "null_filtered": False, "interleave_in": None}),
     ]
+
+    has_table = _reflects("has_table")
+    has_sequence = _reflects("has_sequence")
+    get_columns = _reflects("get_columns")
+    get_indexes = _reflects("get_indexes")
+    get_pk_constraint = _reflects("get_pk_constraint")
+    get_foreign_keys = _reflects("get_foreign_keys")
+    get_unique_constraints = _reflects("get_unique_constraints")
+    get_view_definition = _reflects("get_view_definition")
+    get_table_names = _reflects("get_table_names")
+    get_view_names = _reflects("get_view_names")
+    get_sequence_names = _reflects("get_sequence_names")
+    get_multi_columns = _reflects("get_multi_columns")
+    get_multi_indexes = _reflects("get_multi_indexes")
+    get_multi_pk_constraint = _reflects("get_multi_pk_constraint")
+    get_multi_foreign_keys = _reflects("get_multi_foreign_keys")
 
     @classmethod
     def import_dbapi(cls) -> Any:
