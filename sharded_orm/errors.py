@@ -34,3 +34,7 @@ class ShardMismatchError(ShardingError, ValueError):
 
 class UnsupportedOnDialectError(ShardingError, NotImplementedError):
     """A construct cannot be honoured on the dialect in use."""
+
+
+class ShardingWarning(UserWarning):
+    """Something sharded-orm cannot check, such as raw SQL writing a sharded table."""

@@ -348,14 +348,11 @@ def test_bad_declarations(kwargs: dict[str, object], error: type[Exception], mes
         _declare(**kwargs)
 
 
-def test_unsupported_source_type_is_refused_on_write() -> None:
-    M = _declare(count=4, sources=("a", "f"))
-    eng = sa.create_engine("sqlite://")
-    M.metadata.create_all(eng)
-    with Session(eng) as s:
-        s.add(M(id=1, a="x", f=1.5))
-        with pytest.raises(ShardTypeError, match="type float"):
-            s.flush()
+def test_float_source_column_is_refused_at_declaration() -> None:
+    # Was refused only at the first write ("type float"); a Float column can never be an
+    # exact source, so the model itself is refused now (issue 11, item 4).
+    with pytest.raises(ShardConfigError, match="cannot be a shard source"):
+        _declare(count=4, sources=("a", "f"))
 
 
 def test_introspection() -> None:

@@ -60,8 +60,8 @@ def _value_error(column: Any, value: Any, why: str) -> ShardValueError:
 
 def _none(column: Any) -> ShardValueError:
     return ShardValueError(
-        f"shard source {_describe(column)} is None: every shard source must have a value "
-        "(make the column NOT NULL)"
+        f"cannot hash None for shard source {_describe(column)}: every shard source must "
+        "have a value (make the column NOT NULL)"
     )
 
 

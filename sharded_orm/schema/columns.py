@@ -24,18 +24,27 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import Column, Integer, Table, event
+from sqlalchemy import types as sqltypes
 from sqlalchemy.orm import MappedColumn, Mapper, mapped_column
 from sqlalchemy.schema import Computed
 from sqlalchemy.sql.expression import text
+from sqlalchemy.types import TypeDecorator
 
 from sharded_orm.errors import ShardConfigError, ShardTypeError
 from sharded_orm.hashing import (
     CRC32,
     FARM_FINGERPRINT,
-    shard_function,
+    PIECE_INT,
+    PIECE_STR,
+    PIECE_UTC_DATETIME,
+    piece_function,
+    shard_function_of_pieces,
     validate_algorithm,
     validate_count,
 )
+from sharded_orm.schema.coerce import Coercer, coercer_for, has_case_insensitive_collation
+from sharded_orm.schema.declare import check_source_declaration
+from sharded_orm.schema.registry import register, register_cascades
 
 INFO_KEY = "sharded_orm.shard"
 #: ``Table.info`` key: ORM attribute name -> Column, so sources can be attribute names.
@@ -75,12 +84,21 @@ class ShardSpec:
 
 @dataclass(frozen=True, eq=False)
 class ShardColumn:
-    """A shard column resolved against its table: the column, its sources, its function."""
+    """A shard column resolved against its table: the column, its sources, its function.
+
+    ``coercers`` turn each source value into what its column stores (see
+    ``sharded_orm.schema.coerce``); ``compute`` hashes those stored values, so the shard
+    is the hash of the row as the database holds it.
+    """
 
     column: Column[Any]
     spec: ShardSpec
     sources: tuple[Column[Any], ...]
     _fn: Callable[[Sequence[object]], int] = field(repr=False, compare=False)
+    coercers: tuple[Coercer, ...] = field(default=(), repr=False, compare=False)
+    #: per source: True when its collation may equate distinct strings (a WHERE ``==``
+    #: on it does not tell the stored value)
+    loose: tuple[bool, ...] = field(default=(), repr=False, compare=False)
 
     @property
     def name(self) -> str:
@@ -107,7 +125,7 @@ class ShardColumn:
         return tuple(c.key for c in self.sources)
 
     def compute(self, values: Sequence[object]) -> int:
-        """The shard for source values given in source order."""
+        """The shard for source values given in source order (coerced to their stored form)."""
         if len(values) != len(self.sources):
             raise ShardConfigError(
                 f"shard column {self.name!r} has {len(self.sources)} sources "
@@ -120,6 +138,37 @@ class ShardColumn:
         if isinstance(row, dict):
             return self._fn([row[k] for k in self.source_keys])
         return self._fn([getattr(row, k) for k in self.source_keys])
+
+    def stored_values(self, values: Sequence[object]) -> list[Any]:
+        """The source values as their columns store them (what the hash is taken of)."""
+        return [c(v) for c, v in zip(self.coercers, values, strict=True)]
+
+
+def make_shard_column(
+    column: Column[Any], spec: ShardSpec, sources: Sequence[Column[Any]]
+) -> ShardColumn:
+    """A ShardColumn whose function coerces each source as its column stores it."""
+    coercers = tuple(coercer_for(s) for s in sources)
+    pieces = [piece_function(_piece_kind(s), c) for s, c in zip(sources, coercers, strict=True)]
+    fn = shard_function_of_pieces(pieces, spec.count, spec.algorithm)
+    loose = tuple(has_case_insensitive_collation(s) for s in sources)
+    return ShardColumn(column, spec, tuple(sources), fn, coercers, loose)
+
+
+def _piece_kind(column: Column[Any]) -> str | None:
+    """Which inline fast path fits the column's stored Python type, if any."""
+    type_ = column.type
+    while isinstance(type_, TypeDecorator):
+        type_ = type_.impl_instance
+    if isinstance(type_, (sqltypes.Enum, sqltypes.Uuid)):
+        return None
+    if isinstance(type_, sqltypes.String):
+        return PIECE_STR
+    if isinstance(type_, sqltypes.Integer):
+        return PIECE_INT
+    if isinstance(type_, sqltypes.DateTime):
+        return PIECE_UTC_DATETIME
+    return None
 
 
 class ShardComputed(Computed):
@@ -219,7 +268,8 @@ def _resolve(table: Table) -> tuple[ShardColumn, ...]:
                     "(server_default/Computed), so the client cannot hash it; give it a "
                     "client-side default, or use server_side=True on Spanner"
                 )
-        found.append(ShardColumn(col, spec, sources, shard_function(spec.count, spec.algorithm)))
+            check_source_declaration(col, spec.server_side, s)
+        found.append(make_shard_column(col, spec, sources))
     return tuple(found)
 
 
@@ -248,6 +298,9 @@ def shard_columns(obj: Any) -> tuple[ShardColumn, ...]:
         return hit[1]
     cols = _resolve(table)
     _resolved[table] = (ncols, cols)
+    if cols:
+        register(table)
+        register_cascades(table, cols)
     return cols
 
 
@@ -296,4 +349,10 @@ def _on_mapper_constructed(mapper: Any, class_: Any) -> None:
     shard_columns(table)  # validate now, at class definition, not at first flush
 
 
+def _on_column_attach(column: Any, table: Any) -> None:
+    if isinstance(table, Table) and is_shard_column(column):
+        register(table)  # resolved lazily: the sources may not be attached yet
+
+
 event.listen(Mapper, "after_mapper_constructed", _on_mapper_constructed)
+event.listen(Column, "after_parent_attach", _on_column_attach)

@@ -16,6 +16,7 @@ from sqlalchemy.sql.elements import (
     BindParameter,
     BooleanClauseList,
     ClauseElement,
+    ColumnClause,
 )
 from sqlalchemy.sql.schema import Column
 
@@ -51,9 +52,10 @@ def literal_value(expr: Any, row: Mapping[str, Any] | None = None) -> Any:
     return expr  # a plain Python value
 
 
-def where_equalities(where: Any) -> dict[Column[Any], Any]:
-    """``{column: bound expression}`` for each ``column = <bound value>`` ANDed in ``where``."""
-    found: dict[Column[Any], Any] = {}
+def where_equalities(where: Any) -> dict[ColumnClause[Any], Any]:
+    """``{column: bound expression}`` for each ``column = <bound value>`` ANDed in ``where``
+    (table columns, and the ``sa.column()`` of a lightweight ``sa.table()``)."""
+    found: dict[ColumnClause[Any], Any] = {}
     stack = [where] if where is not None else []
     while stack:
         clause = stack.pop()
@@ -61,9 +63,9 @@ def where_equalities(where: Any) -> dict[Column[Any], Any]:
             stack.extend(clause.clauses)
         elif isinstance(clause, BinaryExpression) and clause.operator is operators.eq:
             left, right = clause.left, clause.right
-            if isinstance(right, Column) and isinstance(left, BindParameter):
+            if isinstance(right, ColumnClause) and isinstance(left, BindParameter):
                 left, right = right, left
-            if isinstance(left, Column) and isinstance(right, BindParameter):
+            if isinstance(left, ColumnClause) and isinstance(right, BindParameter):
                 found[left] = right
     return found
 
@@ -92,4 +94,17 @@ def evaluate_default(col: Column[Any], row: Mapping[str, Any]) -> Any:
     raise ShardConfigError(
         f"column {col.name!r} is a shard source but its default is SQL or a sequence "
         "evaluated by the database, so the client cannot hash it; give the value explicitly"
+    )
+
+
+def evaluate_onupdate(col: Column[Any], row: Mapping[str, Any]) -> Any:
+    """The value a source's Python ``onupdate`` gives this row (the hook sends it, so the
+    stored source is the hashed one); SQL onupdates are refused at declaration."""
+    onupdate = col.onupdate
+    if getattr(onupdate, "is_scalar", False):
+        return onupdate.arg  # type: ignore[union-attr]
+    if getattr(onupdate, "is_callable", False):
+        return onupdate.arg(DefaultContext(row))  # type: ignore[union-attr]
+    raise ShardConfigError(
+        f"column {col.name!r} is a shard source with a SQL onupdate; the client cannot hash it"
     )

@@ -1,0 +1,66 @@
+"""Every sharded table by name, so a statement is recognised however its table is named.
+
+The engine hook sees the ``Table`` a statement was built from. That is the declared
+table for the model's own statements, but a reflected ``Table``, a lightweight
+``sa.table()`` (Alembic's ``op.execute`` idiom) or a copy made by ``to_metadata`` is a
+different object with no shard information. Declared sharded tables register here by
+``(schema, name)``; a statement on any other table of that name is checked against them.
+
+Two metadatas may declare a table of one name (test suites, several apps in one
+process). If their shard layouts agree (same shard and source column names, count and
+algorithm) either will do; if they disagree the name is ambiguous and a write through an
+undeclared table of that name is refused rather than guessed.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+from sqlalchemy.sql.schema import Table
+
+#: (schema, lower-case name) -> declared sharded tables of that name
+_tables: dict[tuple[str | None, str], weakref.WeakSet[Table]] = {}
+#: (schema, lower-case name of a referenced table) -> names of its columns that an
+#: ``ON UPDATE CASCADE`` foreign key copies into a shard source
+_cascades: dict[tuple[str | None, str], dict[str, str]] = {}
+
+
+def _key(schema: str | None, name: str) -> tuple[str | None, str]:
+    return (schema, name.lower())
+
+
+def register(table: Table) -> None:
+    """Record a declared table that has a shard column."""
+    _tables.setdefault(_key(table.schema, table.name), weakref.WeakSet()).add(table)
+
+
+def register_cascades(table: Table, layout: tuple[Any, ...]) -> None:
+    """Record the foreign keys that let the database rewrite a source (``layout``: its
+    resolved ShardColumns)."""
+    for sc in layout:
+        for src in sc.sources:
+            for fk in src.foreign_keys:
+                if (fk.onupdate or "").upper() not in ("CASCADE", "SET NULL", "SET DEFAULT"):
+                    continue
+                parent = fk.column
+                what = f"{table.name}.{src.name} (a source of shard {sc.name!r})"
+                _cascades.setdefault(_key(parent.table.schema, parent.table.name), {})[
+                    parent.name
+                ] = what
+
+
+def declared_tables(schema: str | None, name: str) -> list[Table]:
+    """The live declared sharded tables named ``name`` in ``schema``."""
+    found = _tables.get(_key(schema, name))
+    return list(found) if found else []
+
+
+def cascade_targets(schema: str | None, name: str) -> dict[str, str]:
+    """Columns of table ``name`` whose UPDATE the database cascades into a shard source."""
+    return _cascades.get(_key(schema, name)) or {}
+
+
+def sharded_names() -> frozenset[str]:
+    """Lower-case names of every declared sharded table (for the raw-SQL warning)."""
+    return frozenset(name for (_, name), tables in _tables.items() if len(tables))

@@ -1,0 +1,254 @@
+"""Filling and checking the shard columns of one INSERT or UPDATE row.
+
+Used by the engine hook for every row of every statement on a sharded table. For each
+client-computed shard column:
+
+* INSERT: every source comes from the row, the statement's ``.values()``, or the
+  source's Python default (evaluated here and written too, so stored source and hash
+  agree); the shard is computed, and a given one that disagrees is refused.
+* UPDATE: a Python ``onupdate`` of a source is evaluated here and sent (SQLAlchemy
+  would run it after this hook, behind the shard's back); if any source or the shard is
+  set, every source must be known: set in the same row, or pinned by an exact
+  ``column == value`` in the WHERE clause (not under a case-insensitive collation, not a
+  value the column would convert); otherwise the UPDATE is refused.
+* On Spanner a ``server_side=True`` shard is left to the database; a key source cannot
+  change there, which is said plainly.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from sharded_orm.errors import ShardConfigError, ShardMismatchError, ShardValueError
+from sharded_orm.schema.columns import ShardColumn
+from sharded_orm.write.sql import MISSING, evaluate_default, evaluate_onupdate, literal_value
+
+
+def _unhashable_source(sc: ShardColumn, key: str) -> ShardConfigError:
+    return ShardConfigError(
+        f"the value for shard source {key!r} of {sc.name!r} is a SQL expression; the shard "
+        "can only be computed from plain values. Compute the value in Python first."
+    )
+
+
+def mismatch(sc: ShardColumn, given: Any, shard: int) -> ShardMismatchError:
+    return ShardMismatchError(
+        f"{sc.name}={given!r} disagrees with its sources "
+        f"({', '.join(sc.source_keys)}), which hash to {shard}; such a row would be "
+        f"invisible to sharded queries. Leave {sc.name!r} out and sharded-orm fills it."
+    )
+
+
+def _exact_pin(sc: ShardColumn, i: int, value: Any) -> bool:
+    """Whether ``WHERE source == value`` proves the row stores exactly ``value``."""
+    if sc.loose and sc.loose[i]:
+        return False
+    try:
+        stored = sc.coercers[i](value) if sc.coercers else value
+    except (ShardValueError, TypeError, ValueError):
+        return False
+    if stored is value:
+        return True
+    if stored != value:
+        return False
+    return type(stored) is type(value) or isinstance(value, _dt.datetime)
+
+
+class RowShards:
+    """Fills or checks the shard columns of one table, row by row."""
+
+    def __init__(self, shards: Sequence[ShardColumn], on_spanner: bool) -> None:
+        self.on_spanner = on_spanner
+        self.server_made = [sc for sc in shards if sc.server_side and on_spanner]
+        self.client_made = [sc for sc in shards if sc not in self.server_made]
+        onupdate = {}
+        for sc in shards:
+            for col in sc.sources:
+                if getattr(col, "onupdate", None) is not None:
+                    onupdate[col.key] = col
+        #: sources SQLAlchemy would rewrite on UPDATE: evaluated here instead
+        self.onupdate_sources = onupdate
+
+    # ----------------------------------------------------------------------------- INSERT
+
+    def insert_row(self, row: dict[str, Any], stmt_values: Mapping[str, Any]) -> dict[str, Any]:
+        """The row to send, with shard values filled in; raises on a disagreeing one."""
+        out = row
+        for sc in self.client_made:
+            values = self.insert_sources(sc, out, stmt_values)
+            if out is row:
+                out = dict(row)
+            for k, v in values.items():
+                if k not in stmt_values:
+                    out.setdefault(k, v)  # defaults we evaluated are written too
+            shard = sc.compute([values[k] for k in sc.source_keys])
+            _check_given(sc, out, stmt_values, shard)
+            out[sc.key] = shard
+        for sc in self.server_made:
+            out = self._drop_server_made(sc, out, stmt_values, insert=True)
+        return out
+
+    @staticmethod
+    def insert_sources(
+        sc: ShardColumn, row: Mapping[str, Any], stmt_values: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        values: dict[str, Any] = {}
+        for col in sc.sources:
+            k = col.key
+            if k in row:
+                v = row[k]
+            elif k in stmt_values:
+                v = literal_value(stmt_values[k], row)
+                if v is MISSING:
+                    raise _unhashable_source(sc, k)
+            else:
+                v = evaluate_default(col, {**stmt_values, **row, **values})
+                if v is MISSING:
+                    v = None  # the column will be NULL: compute() names the problem
+            values[k] = v
+        return values
+
+    # ----------------------------------------------------------------------------- UPDATE
+
+    def update_row(
+        self,
+        row: dict[str, Any],
+        stmt_values: Mapping[str, Any],
+        pinned: Mapping[str, Any],
+    ) -> dict[str, Any]:
+        out = row
+        for k, col in self.onupdate_sources.items():
+            if k not in out and k not in stmt_values:
+                if out is row:
+                    out = dict(row)
+                out[k] = evaluate_onupdate(col, {**stmt_values, **out})
+        for sc in self.client_made:
+            setting = [k for k in sc.source_keys if k in out or k in stmt_values]
+            shard_given = sc.key in out or sc.key in stmt_values
+            if not setting and not shard_given:
+                continue
+            if self.on_spanner:
+                _refuse_key_change(sc, setting)
+            values = self._update_sources(sc, out, stmt_values, pinned, setting)
+            shard = sc.compute(values)
+            _check_given(sc, out, stmt_values, shard)
+            if out is row:
+                out = dict(row)
+            out[sc.key] = shard
+        for sc in self.server_made:
+            setting = [k for k in sc.source_keys if k in out or k in stmt_values]
+            if setting:
+                _refuse_key_change(sc, setting)
+            out = self._drop_server_made(sc, out, stmt_values, insert=False)
+        return out
+
+    def _update_sources(
+        self,
+        sc: ShardColumn,
+        row: Mapping[str, Any],
+        stmt_values: Mapping[str, Any],
+        pinned: Mapping[str, Any],
+        setting: list[str],
+    ) -> list[Any]:
+        values: list[Any] = []
+        for i, k in enumerate(sc.source_keys):
+            if k in row:
+                v = row[k]
+            elif k in stmt_values:
+                v = literal_value(stmt_values[k], row)
+                if v is MISSING:
+                    raise _unhashable_source(sc, k)
+            elif k in pinned:
+                v = literal_value(pinned[k], row)
+                if v is MISSING:
+                    raise _unhashable_source(sc, k)
+                if not _exact_pin(sc, i, v):
+                    raise ShardConfigError(
+                        f"this UPDATE changes the sources of {sc.name!r} and takes {k!r} from "
+                        f"its WHERE clause ({k} == {v!r}), but that comparison does not prove "
+                        "the stored value (a case-insensitive collation, or a value the column "
+                        f"converts), so the new shard cannot be computed. Set all of "
+                        f"{', '.join(sc.source_keys)} in the UPDATE."
+                    )
+            else:
+                what = f"sets {', '.join(setting)}" if setting else f"sets {sc.name!r}"
+                if k in self.onupdate_sources or any(s in self.onupdate_sources for s in setting):
+                    what += " (a source with onupdate= is rewritten by every UPDATE)"
+                raise ShardConfigError(
+                    f"this UPDATE {what} but not shard source {k!r}, so shard column "
+                    f"{sc.name!r} cannot be recomputed and the row would be lost to "
+                    f"sharded queries. Set all of {', '.join(sc.source_keys)} in the same "
+                    f"UPDATE, pin {k!r} with {k} == value in the WHERE clause, or change "
+                    "the row through the ORM (which knows the whole row)."
+                )
+            values.append(v)
+        return values
+
+    def _drop_server_made(
+        self, sc: ShardColumn, row: dict[str, Any], stmt_values: Mapping[str, Any], *, insert: bool
+    ) -> dict[str, Any]:
+        if sc.key in stmt_values:
+            raise ShardConfigError(
+                f"{sc.name!r} is generated by Spanner (server_side=True); leave it out of .values()"
+            )
+        if sc.key not in row:
+            return row
+        if insert:
+            values = self.insert_sources(sc, row, stmt_values)
+            shard = sc.compute([values[k] for k in sc.source_keys])
+            _check_given(sc, row, stmt_values, shard)
+        out = dict(row)
+        del out[sc.key]
+        return out
+
+
+def _refuse_key_change(sc: ShardColumn, setting: list[str]) -> None:
+    keys = [c.key for c in sc.sources if c.key in setting and getattr(c, "primary_key", False)]
+    if keys or (setting and getattr(sc.column, "primary_key", False)):
+        changed = ", ".join(keys) or ", ".join(setting)
+        raise ShardConfigError(
+            f"this UPDATE changes {changed}, which moves the row's primary key (the shard "
+            f"{sc.name!r} or its sources are key columns), and Spanner cannot change key "
+            "columns. Delete the row and insert it with the new values."
+        )
+
+
+def _check_given(
+    sc: ShardColumn, row: Mapping[str, Any], stmt_values: Mapping[str, Any], shard: int
+) -> None:
+    if sc.key in row:
+        given = row[sc.key]
+    elif sc.key in stmt_values:
+        given = literal_value(stmt_values[sc.key], row)
+    else:
+        return
+    if given is None or given is MISSING:
+        return  # the ORM sends None for an attribute it was never given
+    if given != shard or isinstance(given, bool):
+        raise mismatch(sc, given, shard)
+
+
+def fast_insert_rows(shards: RowShards, rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """INSERT rows carrying every source: fill a missing shard (in a copy), accept a given
+    one that agrees. Anything else (a source to default, a disagreeing shard) takes the
+    full path, which evaluates defaults and raises the precise error."""
+    plan = [(sc.key, sc.source_keys, sc._fn) for sc in shards.client_made]
+    out = []
+    for row in rows:
+        new: dict[str, Any] | None = None
+        try:
+            for key, source_keys, fn in plan:
+                shard = fn([row[k] for k in source_keys])
+                given = row.get(key)
+                if given is None:
+                    if new is None:
+                        new = row.copy()
+                    new[key] = shard
+                elif given != shard or given.__class__ is bool:
+                    raise KeyError(key)
+        except (KeyError, ShardValueError):
+            new = shards.insert_row(row, {})
+        out.append(row if new is None else new)
+    return out
