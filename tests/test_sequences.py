@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import multiprocessing
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -20,9 +21,10 @@ from sharded_orm import (
     bit_reverse,
 )
 from sharded_orm.ids.mixins import INT64_MAX
-from sharded_orm.ids.sequences import is_retryable, with_retries
+from sharded_orm.ids.sequences import MAX_BLOCK_SIZE
+from sharded_orm.retry import RetryError
 
-SEQ_SQL = "SELECT GET_NEXT_SEQUENCE_VALUE(SEQUENCE s) FROM UNNEST(GENERATE_ARRAY(1, @a0))"
+SEQ_SQL = "SELECT GET_NEXT_SEQUENCE_VALUE(SEQUENCE `s`) FROM UNNEST(GENERATE_ARRAY(1, @n))"
 
 
 def draw_concurrently(gens: list[Any], threads: int, per_thread: int) -> list[int]:
@@ -59,7 +61,8 @@ def sqlite_file(tmp_path: Path) -> str:
 @pytest.mark.parametrize(
     ("size", "error"),
     [(0, ShardConfigError), (-5, ShardConfigError), (2.5, ShardTypeError), (True, ShardTypeError)]
-    + [("10", ShardTypeError), (None, ShardTypeError)],
+    + [("10", ShardTypeError), (None, ShardTypeError), (2**63, ShardConfigError)]
+    + [(MAX_BLOCK_SIZE + 1, ShardConfigError)],
 )
 def test_bad_block_sizes(size: Any, error: type[Exception]) -> None:
     with pytest.raises(error, match="block_size"):
@@ -107,6 +110,25 @@ def test_bad_table_sequence_arguments() -> None:
         TableSequence(eng, "s", bit_reversed=1)  # type: ignore[arg-type]
     with pytest.raises(ShardConfigError, match="plain identifier"):
         TableSequence(eng, "s", table_name="Seq uences")
+    with pytest.raises(ShardConfigError, match=r"at most 128 characters .*got 10000"):
+        TableSequence(eng, "n" * 10_000)
+    with pytest.raises(ShardTypeError, match="engine must be a SQLAlchemy Engine"):
+        TableSequence("sqlite://", "s")  # type: ignore[arg-type]
+    with pytest.raises(ShardConfigError, match="max_retries"):
+        TableSequence(eng, "s", max_retries=-1)
+    with pytest.raises(ShardConfigError, match="deadline"):
+        TableSequence(eng, "s", deadline=0)
+    with pytest.raises(ShardConfigError, match="deadline"):
+        TableSequence(eng, "s", deadline=None)  # type: ignore[arg-type]
+
+
+def test_a_huge_block_is_refused_before_anything_is_reserved() -> None:
+    eng = sa.create_engine("sqlite://")
+    TableSequence(eng, "s").create_table()
+    with pytest.raises(ShardConfigError, match="block_size must be between 1 and 100,000"):
+        TableSequence(eng, "s", block_size=2**63)
+    with eng.connect() as conn:
+        assert conn.execute(sa.text("SELECT COUNT(*) FROM Sequences")).scalar() == 0
 
 
 # ----------------------------------------------------------------------------- TableSequence
@@ -204,31 +226,68 @@ def test_table_sequence_exhaustion_at_int64_max() -> None:
         assert conn.execute(sa.select(seq.table.c.Next_Value)).scalar() == INT64_MAX
 
 
-# ----------------------------------------------------------------------------- retry policy
+# ----------------------------------------------------------------------------- bounded
 
 
-def test_retry_policy() -> None:
-    calls: list[int] = []
+def test_a_permanent_error_ends_at_once_and_releases_the_lock() -> None:
+    """No table: a permanent error, not retried; every thread gets it, none blocks."""
+    seq = TableSequence(sa.create_engine("sqlite://"), "s", deadline=5)
+    errors: list[BaseException] = []
 
-    def flaky() -> str:
-        calls.append(1)
-        if len(calls) < 3:
-            raise RuntimeError("409 Transaction was aborted.")
-        return "ok"
+    def draw() -> None:
+        try:
+            seq.next_id()
+        except BaseException as exc:
+            errors.append(exc)
 
-    assert with_retries(flaky, base_delay=0) == "ok" and len(calls) == 3
-    assert is_retryable(RuntimeError("Transaction not found"))
-    assert not is_retryable(ValueError("syntax error"))
-    assert not is_retryable(SequenceExhausted("x"))
+    threads = [threading.Thread(target=draw) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=10)
+    assert not any(t.is_alive() for t in threads)
+    assert len(errors) == 4 and all(isinstance(e, RetryError) for e in errors)
+    assert "not retryable (permanent)" in str(errors[0]) and "no such table" in str(errors[0])
+    assert seq.retries == 0
 
-    def always() -> None:
-        calls.append(1)
-        raise RuntimeError("aborted")
 
-    calls.clear()
-    with pytest.raises(RuntimeError):
-        with_retries(always, attempts=4, base_delay=0)
-    assert len(calls) == 4  # bounded
+def test_a_locked_database_is_retried_until_the_deadline(sqlite_file: str) -> None:
+    engine = sa.create_engine(sqlite_file, connect_args={"timeout": 0.05})
+    seq = TableSequence(engine, "s", deadline=0.5)
+    seq.create_table()
+    blocker = sa.create_engine(sqlite_file).connect()
+    blocker.exec_driver_sql("BEGIN EXCLUSIVE")  # the writer lock, held by someone else
+    try:
+        with pytest.raises(RetryError, match="deadline of 0.5 s passed.*database is locked"):
+            seq.next_id()
+    finally:
+        blocker.rollback()
+        blocker.close()
+    assert seq.retries > 0 and seq.next_id() == 1
+
+
+def test_waiting_for_another_threads_reservation_is_bounded(sqlite_file: str) -> None:
+    engine = sa.create_engine(sqlite_file)
+    seq = TableSequence(engine, "s", deadline=0.5)
+    seq.create_table()
+    slow = threading.Event()
+
+    @sa.event.listens_for(engine, "before_cursor_execute")
+    def stall(*args: Any) -> None:
+        if not slow.is_set():
+            slow.set()
+            time.sleep(1.5)  # a reservation stuck on a slow server
+
+    first: list[int] = []
+    holder = threading.Thread(target=lambda: first.append(seq.next_id()))
+    holder.start()
+    slow.wait(5)
+    started = time.monotonic()
+    with pytest.raises(RetryError, match="held the pool's lock"):
+        seq.next_id()
+    assert time.monotonic() - started < 1.4
+    holder.join(10)
+    assert first == [1] and seq.next_id() == 2
 
 
 # ----------------------------------------------------------------------------- Spanner
@@ -248,57 +307,66 @@ def requests_named(mock: Any, name: str) -> list[Any]:
     return [r for r in mock.requests if type(r).__name__ == name]
 
 
-def test_one_query_per_block_on_the_mock(mock_spanner: Any) -> None:
+def test_one_transaction_per_block_on_the_mock(mock_spanner: Any) -> None:
+    """Begin, one query, commit: the block's own transaction, sent by us (no DB-API)."""
     engine = mock_spanner.engine()
     mock_spanner.add_result(SEQ_SQL, [("v", "INT64")], [[v] for v in (5, 6, 7)])
     seq = SpannerSequence(engine, "s", block_size=3)
     assert [seq.next_id() for _ in range(9)] == [5, 6, 7] * 3  # the mock repeats itself
     queries = requests_named(mock_spanner, "ExecuteSqlRequest")
-    assert len(queries) == 3
-    assert {q.sql for q in queries} == {SEQ_SQL}
-    assert all(int(q.params["a0"]) == 3 for q in queries)
-    assert all(q.transaction.begin.read_write is not None for q in queries)
+    assert len(queries) == 3 and {q.sql for q in queries} == {SEQ_SQL}
+    assert all(int(q.params["n"]) == 3 and q.transaction.id for q in queries)
+    assert mock_spanner.count("BeginTransactionRequest") == 3
     assert mock_spanner.count("CommitRequest") == 3
+    assert mock_spanner.count("ExecuteStreamingSqlRequest") == 0
+    seq.close()
+    assert mock_spanner.count("DeleteSessionRequest") == 1
     engine.dispose()
 
 
-def test_aborted_commit_is_replayed_and_succeeds(mock_spanner: Any) -> None:
-    """ABORTED at commit: the DB-API replays the query; same values, so it commits."""
-    engine = mock_spanner.engine()
-    seq = SpannerSequence(engine, "s", block_size=3)
-    mock_spanner.add_result(SEQ_SQL, [("v", "INT64")], [[11], [22], [33]])
-    mock_spanner.add_error("Commit", "ABORTED", "aborted by the test")
-    assert [seq.next_id() for _ in range(3)] == [11, 22, 33]
-    assert mock_spanner.count("CommitRequest") == 2  # the aborted commit, then the retry
-    assert len(requests_named(mock_spanner, "ExecuteSqlRequest")) == 2
-    assert seq.reservations == 1
-    engine.dispose()
-
-
-def test_aborted_reservation_is_retried_with_fresh_values(
+def test_an_aborted_commit_is_retried_by_us_alone(
     mock_spanner: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """ABORTED at commit, and the replay sees other values (the sequence moved on): the
-    DB-API gives up, our retry reserves again, and only the committed block is handed out."""
+    """ABORTED at commit: no replay inside the client; our retry reserves a new block in
+    a new transaction, and only the committed block is handed out."""
     engine = mock_spanner.engine()
     blocks_on_mock(mock_spanner, monkeypatch, [[1, 2], [3, 4], [5, 6]])
     mock_spanner.add_error("Commit", "ABORTED", "aborted by the test")
     seq = SpannerSequence(engine, "s", block_size=2)
-    assert [seq.next_id() for _ in range(2)] == [5, 6]
+    assert [seq.next_id() for _ in range(2)] == [3, 4]
     assert (seq.reservations, seq.retries) == (1, 1)
-    assert len(requests_named(mock_spanner, "ExecuteSqlRequest")) == 3
+    assert len(requests_named(mock_spanner, "ExecuteSqlRequest")) == 2
     assert mock_spanner.count("CommitRequest") == 2  # aborted, then ours
+    assert mock_spanner.count("RollbackRequest") == 1
     engine.dispose()
 
 
-def test_aborted_query_is_retried(mock_spanner: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("code", ["ABORTED", "DEADLINE_EXCEEDED", "UNAVAILABLE"])
+def test_a_failed_query_is_retried(
+    mock_spanner: Any, monkeypatch: pytest.MonkeyPatch, code: str
+) -> None:
     engine = mock_spanner.engine()
     blocks_on_mock(mock_spanner, monkeypatch, [[7, 8], [9, 10]])
-    mock_spanner.add_error("ExecuteStreamingSql", "ABORTED", "aborted by the test", times=3)
+    mock_spanner.add_error("ExecuteSql", code, "injected", times=3)
     seq = SpannerSequence(engine, "s", block_size=2)
-    got = [seq.next_id() for _ in range(2)]
-    assert got in ([7, 8], [9, 10])  # whichever attempt committed
-    assert mock_spanner.count("CommitRequest") == 1
+    assert [seq.next_id() for _ in range(2)] == [7, 8]  # the mock serves a block once asked
+    assert seq.retries == 3 and mock_spanner.count("CommitRequest") == 1
+    engine.dispose()
+
+
+@pytest.mark.parametrize(
+    ("code", "message"),
+    [("PERMISSION_DENIED", "denied"), ("INVALID_ARGUMENT", "bad"), ("NOT_FOUND", "Instance")],
+)
+def test_a_permanent_error_is_not_retried(mock_spanner: Any, code: str, message: str) -> None:
+    engine = mock_spanner.engine()
+    mock_spanner.add_error("ExecuteSql", code, message, times=1)
+    seq = SpannerSequence(engine, "s", block_size=2)
+    started = time.monotonic()
+    with pytest.raises(RetryError, match=f"not retryable.*{message}"):
+        seq.next_id()
+    assert time.monotonic() - started < 5 and seq.retries == 0
+    assert mock_spanner.count("ExecuteSqlRequest") == 1
     engine.dispose()
 
 

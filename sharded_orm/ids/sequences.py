@@ -1,4 +1,4 @@
-"""Pooled id generators that never hand out a duplicate.
+"""Pooled id generators that never hand out a duplicate, and never wait for ever.
 
 ``SpannerSequence``: Spanner's own ``bit_reversed_positive`` SEQUENCE, read a block at a
 time (``GET_NEXT_SEQUENCE_VALUE`` over ``UNNEST(GENERATE_ARRAY(1, @n))``: one query per
@@ -6,22 +6,22 @@ block, in a read-write transaction, the only kind in which the function may run)
 ``TableSequence``: the seeds' portable Sequences table (``Sequence_ID``, ``Next_Value``),
 reserving a block of N values in one read-write transaction, on any database.
 
-Both hand values out from a local pool under a lock (thread-safe). Only values from a
-committed reservation are handed out, and the database is the only source of truth for
-reservations (process-safe: two engines or processes never share a block). A reservation
-that fails with Spanner's ABORTED, or with the emulator's one-writer-at-a-time errors, or
-SQLite's writer lock, is retried with bounded, jittered backoff. Values lost with a dying
-pool or a failed attempt are gaps, never duplicates.
+Like Hibernate's pooled generator, a block is reserved in a transaction of its own. On
+Spanner that transaction is sent with the client's internal retries off
+(:class:`~sharded_orm.spanner.mutations.RawSpanner`: the DB-API would replay an ABORTED
+commit under our retries, hundreds of times), and every call is bounded; retries follow
+:mod:`sharded_orm.retry`, and the whole reservation (waiting for the lock included) ends
+within ``deadline`` seconds with a clear error. Values are handed out from a local pool
+under a lock (thread-safe); only values of a committed reservation are handed out, and
+the database alone decides reservations (process-safe). A retry after an unknown outcome
+reserves a new block: values of a lost block are a gap, never a duplicate.
 """
 
 from __future__ import annotations
 
-import random
 import threading
-import time
 from collections import deque
-from collections.abc import Callable
-from typing import TypeVar
+from typing import Any
 
 import sqlalchemy as sa
 
@@ -33,65 +33,22 @@ from sharded_orm.errors import (
     UnsupportedOnDialectError,
 )
 from sharded_orm.ids.mixins import INT64_MAX, bit_reverse
+from sharded_orm.retry import Outcome, RetryDeadlineError, RetryPolicy, TransientError, retry_call
 from sharded_orm.spanner import is_spanner
 
-T = TypeVar("T")
-
-#: Error texts of contention a new attempt can win: Spanner's ABORTED (and the DB-API's
-#: "aborted and could not be retried" when its own replay sees other values), the
-#: emulator's lost-transaction errors under concurrent writers, SQLite's writer lock.
-RETRYABLE_MARKERS = (
-    "aborted",
-    "transaction not found",
-    "invalid transaction",
-    "database is locked",
-)
+#: The largest block one reservation may take: the pool holds it in memory (about 36
+#: bytes a value), and Spanner's GENERATE_ARRAY returns at most this many elements.
+MAX_BLOCK_SIZE = 100_000
+#: Sequence_ID is a STRING(128).
+MAX_NAME_LENGTH = 128
 
 
 class SequenceExhausted(ShardingError, OverflowError):
     """The sequence reached INT64's maximum: no value is left to hand out."""
 
 
-class ReservationConflict(ShardingError, RuntimeError):
+class ReservationConflict(TransientError):
     """Another client moved ``Next_Value`` between our read and our write: try again."""
-
-
-def is_retryable(exc: BaseException) -> bool:
-    """Contention that a new attempt can win (see :data:`RETRYABLE_MARKERS`)."""
-    seen: BaseException | None = exc
-    while seen is not None:
-        if isinstance(seen, ReservationConflict):
-            return True
-        if isinstance(seen, SequenceExhausted):
-            return False
-        text = str(seen).lower()
-        if type(seen).__name__ == "Aborted" or any(m in text for m in RETRYABLE_MARKERS):
-            return True
-        seen = seen.__cause__ or seen.__context__
-    return False
-
-
-def with_retries(
-    fn: Callable[[], T],
-    *,
-    attempts: int = 12,
-    base_delay: float = 0.02,
-    max_delay: float = 1.0,
-    on_retry: Callable[[BaseException], None] | None = None,
-) -> T:
-    """``fn()``, again after a retryable failure: at most ``attempts`` calls, waiting
-    ``base_delay * 2**attempt`` (capped at ``max_delay``, jittered) in between."""
-    for attempt in range(attempts):
-        try:
-            return fn()
-        except Exception as exc:
-            if attempt == attempts - 1 or not is_retryable(exc):
-                raise
-            if on_retry is not None:
-                on_retry(exc)
-            delay = min(max_delay, base_delay * (2**attempt))
-            time.sleep(delay * (0.5 + random.random()))
-    raise AssertionError("unreachable")
 
 
 def _check_block(block_size: object) -> int:
@@ -99,37 +56,87 @@ def _check_block(block_size: object) -> int:
         raise ShardTypeError(
             f"block_size must be an int (how many values one reservation takes), got {block_size!r}"
         )
-    if block_size <= 0:
-        raise ShardConfigError(f"block_size must be at least 1, got {block_size}")
+    if not 1 <= block_size <= MAX_BLOCK_SIZE:
+        raise ShardConfigError(
+            f"block_size must be between 1 and {MAX_BLOCK_SIZE:,}, got {block_size}: the "
+            "pool holds a block in memory (a few hundred values is typical)"
+        )
     return block_size
 
 
 class _Pooled:
     """The local pool: handed out under a lock, refilled by one reservation at a time."""
 
-    def __init__(self, block_size: int) -> None:
+    def __init__(
+        self, engine: sa.Engine, block_size: int, deadline: float, max_retries: int
+    ) -> None:
+        if not isinstance(engine, sa.Engine):
+            raise ShardTypeError(f"engine must be a SQLAlchemy Engine, got {engine!r:.80}")
+        self.engine = engine
         self.block_size = _check_block(block_size)
+        if deadline is None:
+            raise ShardConfigError("deadline must be a number of seconds (next_id() is bounded)")
+        self.policy = RetryPolicy.for_retries(max_retries, deadline)
+        self.deadline: float = float(deadline)
         self._pool: deque[int] = deque()
         self._lock = threading.Lock()
+        self._raw: Any = None
         #: reservations that succeeded, and failed attempts that were retried
         self.reservations = 0
         self.retries = 0
 
-    def _reserve(self) -> list[int]:
+    @property
+    def raw(self) -> Any:
+        """On Spanner, the client calls with our timeouts and no internal retries."""
+        if self._raw is None:
+            from sharded_orm.spanner.mutations import RawSpanner, database_of
+
+            self._raw = RawSpanner(database_of(self.engine))
+        return self._raw
+
+    def _reserve(self, timeout: float) -> list[int]:
         raise NotImplementedError
 
-    def _count_retry(self, exc: BaseException) -> None:
+    def _count_retry(self, exc: BaseException, outcome: object) -> None:
         self.retries += 1
 
     def next_id(self) -> int:
-        """The next value: from the pool, or from a new reservation when it is empty."""
-        with self._lock:
+        """The next value: from the pool, or from a new reservation when it is empty.
+
+        Ends within ``deadline`` seconds (waiting for another thread's reservation
+        included) with a value or an error."""
+        if not self._lock.acquire(timeout=self.deadline):
+            raise RetryDeadlineError(
+                f"{self!r}: no value within {self.deadline} s: another thread has held the "
+                "pool's lock, reserving a block, that long (is the database reachable?)",
+                attempts=0,
+                elapsed=self.deadline,
+                outcome=Outcome.UNKNOWN,
+                last_error=TimeoutError("lock"),
+            )
+        try:
             if not self._pool:
-                self._pool.extend(with_retries(self._reserve, on_retry=self._count_retry))
+                block = retry_call(
+                    self._reserve,
+                    self.policy,
+                    what=f"reserving a block of {self.block_size} values for {self!r}",
+                    idempotent=True,  # a block reserved twice is a gap, never a duplicate
+                    resume="No value of a failed block is handed out; call next_id() again.",
+                    on_retry=self._count_retry,
+                )
+                self._pool.extend(block)
                 self.reservations += 1
             return self._pool.popleft()
+        finally:
+            self._lock.release()
 
     __call__ = next_id  # usable as a column default: ``default=seq``
+
+    def close(self) -> None:
+        """Release the Spanner sessions this generator holds (unused values are a gap)."""
+        if self._raw is not None:
+            self._raw.close()
+            self._raw = None
 
 
 def _check_counter(value: object, what: str) -> int:
@@ -145,21 +152,33 @@ class SpannerSequence(_Pooled):
 
     Values come out as Spanner makes them: bit-reversed, positive, never in the sequence's
     ``skip_range``. Create the sequence with :meth:`create_ddl` (or your migrations).
+    ``deadline``: seconds one ``next_id()`` may take at most; ``max_retries``: retries of
+    a failed reservation.
     """
 
-    def __init__(self, engine: sa.Engine, name: str, *, block_size: int = 100) -> None:
-        super().__init__(block_size)
+    def __init__(
+        self,
+        engine: sa.Engine,
+        name: str,
+        *,
+        block_size: int = 100,
+        deadline: float = 30.0,
+        max_retries: int = 8,
+    ) -> None:
+        super().__init__(engine, block_size, deadline, max_retries)
         if not is_spanner(engine):
             raise UnsupportedOnDialectError(
                 f"SpannerSequence needs a Spanner engine, got {engine.dialect.name!r}; "
                 "use TableSequence, which works on any database"
             )
-        self.engine = engine
         self.name = check_identifier(name, "sequence name")
-        self._sql = sa.text(
-            f"SELECT GET_NEXT_SEQUENCE_VALUE(SEQUENCE {self.name}) "
-            "FROM UNNEST(GENERATE_ARRAY(1, :n))"
+        self._sql = (
+            f"SELECT GET_NEXT_SEQUENCE_VALUE(SEQUENCE `{self.name}`) "
+            "FROM UNNEST(GENERATE_ARRAY(1, @n))"
         )
+
+    def __repr__(self) -> str:
+        return f"SpannerSequence({self.name!r})"
 
     @staticmethod
     def create_ddl(
@@ -188,18 +207,22 @@ class SpannerSequence(_Pooled):
             f"CREATE SEQUENCE {check_identifier(name, 'sequence name')} OPTIONS ({', '.join(opts)})"
         )
 
-    def _reserve(self) -> list[int]:
+    def _reserve(self, timeout: float) -> list[int]:
         try:
-            with self.engine.begin() as conn:
-                return [int(v) for (v,) in conn.execute(self._sql, {"n": self.block_size})]
-        except sa.exc.DBAPIError as exc:
-            if "is exhausted" in str(getattr(exc.orig, "__cause__", None) or exc.orig).lower():
+            rows = self.raw.read_write(
+                lambda t: t.query(self._sql, {"n": self.block_size}), timeout
+            )
+        except Exception as exc:
+            if "is exhausted" in str(exc).lower():
                 raise SequenceExhausted(
                     f"sequence {self.name!r} is exhausted: Spanner has no counter left for "
-                    f"a block of {self.block_size} (its values are INT64s). Create a new "
-                    "sequence, or draw the last values with block_size=1."
+                    f"a block of {self.block_size} (its counters are INT64s; a block that "
+                    "failed near the end may have used up the last ones). Create a new "
+                    f"sequence, e.g. SpannerSequence.create_ddl({self.name + '_2'!r}), and "
+                    "switch to it."
                 ) from exc
             raise
+        return [int(v) for (v,) in rows]
 
 
 class TableSequence(_Pooled):
@@ -208,9 +231,10 @@ class TableSequence(_Pooled):
     A reservation reads ``Next_Value`` and writes ``Next_Value + N`` only if it is still
     the value read (optimistic: a lost race is retried), in one read-write transaction;
     the block ``[Next_Value, Next_Value + N)`` is then this generator's alone. Values start
-    at 1; the last value handed out is ``2**63 - 2`` (``Next_Value`` must stay an INT64),
-    after which :class:`SequenceExhausted` is raised. ``bit_reversed=True`` hands out
-    ``bit_reverse(v)``: unique too, spread over the key space.
+    at 1; the last value handed out is ``2**63 - 2`` (``Next_Value`` must stay an INT64;
+    the last block may be shorter), after which :class:`SequenceExhausted` is raised.
+    ``bit_reversed=True`` hands out ``bit_reverse(v)``: unique too, spread over the key
+    space. ``deadline`` and ``max_retries`` as for :class:`SpannerSequence`.
     """
 
     def __init__(
@@ -221,39 +245,94 @@ class TableSequence(_Pooled):
         block_size: int = 100,
         table_name: str = "Sequences",
         bit_reversed: bool = False,
+        deadline: float = 30.0,
+        max_retries: int = 8,
     ) -> None:
-        super().__init__(block_size)
+        super().__init__(engine, block_size, deadline, max_retries)
         if not isinstance(name, str) or not name:
             raise ShardTypeError(f"a sequence name is a non-empty str, got {name!r}")
+        if len(name) > MAX_NAME_LENGTH:
+            raise ShardConfigError(
+                f"a sequence name holds at most {MAX_NAME_LENGTH} characters (Sequence_ID is "
+                f"a STRING({MAX_NAME_LENGTH})), got {len(name)}: {name[:40]!r}..."
+            )
         if not isinstance(bit_reversed, bool):
             raise ShardTypeError(f"bit_reversed must be a bool, got {bit_reversed!r}")
-        self.engine = engine
         self.name = name
         self.bit_reversed = bit_reversed
         self.table = sa.Table(
             check_identifier(table_name, "table name"),
             sa.MetaData(),
-            sa.Column("Sequence_ID", sa.String(128), primary_key=True),
+            sa.Column("Sequence_ID", sa.String(MAX_NAME_LENGTH), primary_key=True),
             sa.Column("Next_Value", sa.BigInteger, nullable=False),
         )
+        self._on_spanner = is_spanner(engine)
+
+    def __repr__(self) -> str:
+        return f"TableSequence({self.name!r})"
 
     def create_table(self) -> None:
         """Create the Sequences table if it does not exist."""
-        with_retries(lambda: self.table.create(self.engine, checkfirst=True))
 
-    def _reserve(self) -> list[int]:
+        def create(timeout: float) -> None:
+            self.table.create(self.engine, checkfirst=True)
+
+        retry_call(create, self.policy, what=f"creating table {self.table.name}", idempotent=True)
+
+    def _block(self, current: int | None) -> tuple[int, int]:
+        start = 1 if current is None else int(current)
+        end = min(start + self.block_size, INT64_MAX)  # exclusive; stays an INT64
+        if start >= end:
+            raise SequenceExhausted(
+                f"sequence {self.name!r} is exhausted: it handed out every value up to "
+                f"2**63 - 2 (Next_Value is {start}). Start a new sequence (another name)."
+            )
+        return start, end
+
+    def _reserve(self, timeout: float) -> list[int]:
+        start, end = (self._reserve_spanner if self._on_spanner else self._reserve_sql)(timeout)
+        # committed: the block is ours
+        values = range(start, end)
+        return [bit_reverse(v) for v in values] if self.bit_reversed else list(values)
+
+    def _reserve_spanner(self, timeout: float) -> tuple[int, int]:
+        table = f"`{self.table.name}`"
+
+        def work(txn: Any) -> tuple[int, int]:
+            found = txn.query(
+                f"SELECT Next_Value FROM {table} WHERE Sequence_ID = @name", {"name": self.name}
+            )
+            current = int(found[0][0]) if found else None
+            start, end = self._block(current)
+            if current is None:
+                sql = f"INSERT INTO {table} (Sequence_ID, Next_Value) VALUES (@name, @end)"
+                params: dict[str, int | str] = {"name": self.name, "end": end}
+            else:
+                sql = (
+                    f"UPDATE {table} SET Next_Value = @end "
+                    "WHERE Sequence_ID = @name AND Next_Value = @current"
+                )
+                params = {"name": self.name, "end": end, "current": current}
+            try:
+                changed = txn.update(sql, params)
+            except Exception as exc:
+                if "already exists" in str(exc).lower():  # another client created it first
+                    raise ReservationConflict(self.name) from exc
+                raise
+            if changed != 1:
+                raise ReservationConflict(f"{self.name}: Next_Value moved under us")
+            return start, end
+
+        result: tuple[int, int] = self.raw.read_write(work, timeout)
+        return result
+
+    def _reserve_sql(self, timeout: float) -> tuple[int, int]:
         t = self.table
         with self.engine.begin() as conn:
             current = conn.execute(
                 sa.select(t.c.Next_Value).where(t.c.Sequence_ID == self.name)
             ).scalar()
-            start = 1 if current is None else int(current)
-            end = min(start + self.block_size, INT64_MAX)  # exclusive; stays an INT64
-            if start >= end:
-                raise SequenceExhausted(
-                    f"sequence {self.name!r} is exhausted: it handed out every value up to "
-                    f"2**63 - 2 (Next_Value is {start}). Start a new sequence."
-                )
+            start, end = self._block(current)
             if current is None:
                 try:
                     conn.execute(t.insert(), {"Sequence_ID": self.name, "Next_Value": end})
@@ -267,6 +346,4 @@ class TableSequence(_Pooled):
                 )
                 if done.rowcount != 1:
                     raise ReservationConflict(f"{self.name}: Next_Value moved under us")
-        # committed: the block is ours
-        values = range(start, end)
-        return [bit_reverse(v) for v in values] if self.bit_reversed else list(values)
+        return start, end
