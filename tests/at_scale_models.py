@@ -29,34 +29,37 @@ class CrcBase(DeclarativeBase):
     pass
 
 
-def _log_entry_class(base: type[DeclarativeBase], algorithm: str) -> type[Any]:
-    class LogEntry(base):  # type: ignore[valid-type,misc]
-        __tablename__ = "LogEntries"
-        company_id: Mapped[str] = mapped_column("CompanyId", sa.String(64), primary_key=True)
-        user_id: Mapped[str] = mapped_column("UserId", sa.String(64), primary_key=True)
-        ts: Mapped[dt.datetime] = mapped_column("Timestamp", UTCDateTime, primary_key=True)
-        entry: Mapped[str | None] = mapped_column("LogEntry", sa.String(1024))
-        entry_shard_id: Mapped[int] = shard_column(
-            "company_id", "ts", count=10, name="EntryShardId"
-        )
-        entry_shard_v2: Mapped[int | None] = shard_column(
-            "company_id", "ts", count=16, algorithm=algorithm, name="EntryShardV2", nullable=True
-        )
-        __table_args__ = (
-            ShardedIndex(
-                "LogEntriesByCompany",
-                "CompanyId",
-                sa.desc("Timestamp"),
-                shard="EntryShardId",
-                storing=["LogEntry"],
-            ),
-        )
-
-    return LogEntry
+class FarmLogEntry(FarmBase):
+    __tablename__ = "LogEntries"
+    company_id: Mapped[str] = mapped_column("CompanyId", sa.String(64), primary_key=True)
+    user_id: Mapped[str] = mapped_column("UserId", sa.String(64), primary_key=True)
+    ts: Mapped[dt.datetime] = mapped_column("Timestamp", UTCDateTime, primary_key=True)
+    entry: Mapped[str | None] = mapped_column("LogEntry", sa.String(1024))
+    entry_shard_id: Mapped[int] = shard_column("company_id", "ts", count=10, name="EntryShardId")
+    entry_shard_v2: Mapped[int | None] = shard_column(
+        "company_id", "ts", count=16, algorithm="farm_fingerprint", name="EntryShardV2",
+        nullable=True,
+    )  # fmt: skip
+    __table_args__ = (
+        ShardedIndex("LogEntriesByCompany", "CompanyId", sa.desc("Timestamp"),
+                     shard="EntryShardId", storing=["LogEntry"]),
+    )  # fmt: skip
 
 
-FarmLogEntry = _log_entry_class(FarmBase, "farm_fingerprint")
-CrcLogEntry = _log_entry_class(CrcBase, "crc32")
+class CrcLogEntry(CrcBase):
+    __tablename__ = "LogEntries"
+    company_id: Mapped[str] = mapped_column("CompanyId", sa.String(64), primary_key=True)
+    user_id: Mapped[str] = mapped_column("UserId", sa.String(64), primary_key=True)
+    ts: Mapped[dt.datetime] = mapped_column("Timestamp", UTCDateTime, primary_key=True)
+    entry: Mapped[str | None] = mapped_column("LogEntry", sa.String(1024))
+    entry_shard_id: Mapped[int] = shard_column("company_id", "ts", count=10, name="EntryShardId")
+    entry_shard_v2: Mapped[int | None] = shard_column(
+        "company_id", "ts", count=16, algorithm="crc32", name="EntryShardV2", nullable=True
+    )
+    __table_args__ = (
+        ShardedIndex("LogEntriesByCompany", "CompanyId", sa.desc("Timestamp"),
+                     shard="EntryShardId", storing=["LogEntry"]),
+    )  # fmt: skip
 
 
 def rows(n: int, start: int = 0) -> Iterator[dict[str, Any]]:

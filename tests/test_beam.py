@@ -1,0 +1,185 @@
+"""sharded_orm.beam on the DirectRunner against the emulator: WriteSharded (with dead
+letters) and the crc32 Backfill; the row preparation on its own; refusals."""
+
+from __future__ import annotations
+
+import datetime as dt
+import subprocess
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+from sharded_orm import ShardConfigError, get_shard_column, verify
+from tests.at_scale_models import BASE_TS, CrcBase, CrcLogEntry, load_old_rows, rows
+
+beam = pytest.importorskip("apache_beam", reason="the beam extra is not installed")
+
+from apache_beam.testing.util import assert_that  # noqa: E402
+
+from sharded_orm.beam import (  # noqa: E402
+    Backfill,
+    RowPlan,
+    RowRejected,
+    WriteSharded,
+    counters,
+    run,
+)
+
+pytestmark = pytest.mark.beam
+
+N_WRITE = 2_000
+N_BACKFILL = 2_000
+
+
+class _IdBase(DeclarativeBase):
+    pass
+
+
+class ServerKeyed(_IdBase):
+    """A key only the database can fill: a pipeline writing mutations cannot."""
+
+    __tablename__ = "ServerKeyed"
+    id: Mapped[int] = mapped_column(sa.BigInteger, sa.Identity(), primary_key=True)
+    name: Mapped[str] = mapped_column(sa.String(10))
+
+
+def _bad_rows() -> list[tuple[dict[str, Any], str]]:
+    ok = next(rows(1, start=10**6))
+    return [
+        ({**ok, "user_id": None}, "key column 'UserId' is missing"),
+        ({**ok, "ts": dt.datetime(2026, 1, 1)}, "naive datetime"),
+        ({**ok, "company_id": 7}, "takes str, got int"),
+        ({**ok, "company_id": "x" * 65}, "at most 64 characters"),
+        ({**ok, "entry": "y" * 1025}, "at most 1024 characters"),
+        ({**ok, "colour": "red"}, "'colour' is not a column"),
+        ({**ok, "entry_shard_id": 99}, "EntryShardId=99 disagrees"),
+        ({k: v for k, v in ok.items() if k != "ts"}, "cannot hash None"),
+        ({**ok, "ts": "2026-01-01T00:00:00Z"}, "takes datetime, got str"),
+        ("not a row", "a row is a mapping"),
+    ]
+
+
+def test_row_plan_fills_both_shards_with_the_library_function() -> None:
+    plan = RowPlan(CrcLogEntry)
+    assert plan.column_names == [
+        "CompanyId", "UserId", "Timestamp", "LogEntry", "EntryShardId", "EntryShardV2",
+    ]  # fmt: skip
+    r = next(rows(1))
+    values = plan.prepare(r)
+    for name in ("EntryShardId", "EntryShardV2"):
+        sc = get_shard_column(CrcLogEntry, name)
+        assert values[plan.column_names.index(name)] == sc.compute([r["company_id"], r["ts"]])
+    # a model instance works the same
+    assert plan.prepare(CrcLogEntry(**r)) == values
+
+
+@pytest.mark.parametrize(("row", "reason"), _bad_rows())
+def test_row_plan_rejects_with_the_reason(row: Any, reason: str) -> None:
+    with pytest.raises(RowRejected, match=reason.replace("(", r"\(")):
+        RowPlan(CrcLogEntry).prepare(row)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    company=st.text(min_size=1, max_size=64),
+    seconds=st.integers(min_value=0, max_value=10**9),
+)
+def test_row_plan_agrees_with_shard_column(company: str, seconds: int) -> None:
+    ts = BASE_TS + dt.timedelta(seconds=seconds)
+    values = RowPlan(CrcLogEntry).prepare({"company_id": company, "user_id": "u", "ts": ts})
+    assert values[4] == get_shard_column(CrcLogEntry, "EntryShardId").compute([company, ts])
+
+
+def test_server_filled_key_is_refused_when_built() -> None:
+    with pytest.raises(ShardConfigError, match="filled by the database.*cannot ask"):
+        WriteSharded(ServerKeyed, project_id="p", instance_id="i", database_id="d")
+
+
+def test_model_must_be_importable_by_workers() -> None:
+    class Local(_IdBase):
+        __tablename__ = "Local"
+        id: Mapped[str] = mapped_column(sa.String(8), primary_key=True)
+
+    with pytest.raises(ShardConfigError, match="define it at module level"):
+        WriteSharded(Local, project_id="p", instance_id="i", database_id="d")
+
+
+def test_import_sharded_orm_does_not_import_beam() -> None:
+    code = "import sys, sharded_orm; assert 'apache_beam' not in sys.modules; print('ok')"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.stdout.strip() == "ok", out.stderr
+
+
+@pytest.fixture
+def beam_db(spanner_emulator: Any) -> Iterator[tuple[Any, dict[str, str]]]:
+    """A fresh emulator database with CrcLogEntry's table, and the pipeline's ids."""
+    database_id = spanner_emulator.create_database()
+    engine = spanner_emulator.engine(database_id)
+    CrcBase.metadata.create_all(engine)
+    ids = {
+        "project_id": spanner_emulator.project,
+        "instance_id": spanner_emulator.instance_id,
+        "database_id": database_id,
+    }
+    try:
+        yield engine, ids
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.emulator
+def test_write_sharded_loads_good_rows_and_dead_letters_bad_ones(beam_db: Any) -> None:
+    engine, ids = beam_db
+    bad = _bad_rows()
+    inputs: list[Any] = list(rows(N_WRITE))
+    for i, (row, _) in enumerate(bad):
+        inputs.insert(i * 97, row)
+    expected = [why for _, why in bad]
+
+    def check_letters(letters: list[dict[str, Any]]) -> None:
+        assert len(letters) == len(expected)
+        reasons = [d["reason"] for d in letters]
+        for why in expected:
+            assert sum(why in r for r in reasons) == 1, (why, reasons)
+        assert {repr(d["row"]) for d in letters} == {repr(row) for row, _ in bad}
+
+    p = beam.Pipeline()  # the DirectRunner
+    out = p | beam.Create(inputs) | WriteSharded(CrcLogEntry, **ids)
+    assert_that(out["dead_letter"], check_letters)
+    result = run(p, total=len(inputs), description="WriteSharded")
+    assert counters(result) == {"rows_prepared": N_WRITE, "dead_letters": len(bad)}
+    with engine.connect() as conn:
+        assert conn.execute(sa.select(sa.func.count()).select_from(CrcLogEntry)).scalar() == N_WRITE
+    report = verify(engine, CrcLogEntry)
+    assert report.rows_checked == N_WRITE
+    assert report.mismatched == {"EntryShardId": 0, "EntryShardV2": 0}
+
+
+@pytest.mark.emulator
+def test_backfill_reshards_crc32_and_is_idempotent(beam_db: Any) -> None:
+    engine, ids = beam_db
+    load_old_rows(engine, CrcLogEntry, N_BACKFILL)
+    assert verify(engine, CrcLogEntry).mismatched["EntryShardV2"] == N_BACKFILL
+
+    p = beam.Pipeline()
+    _ = p | Backfill(CrcLogEntry, "EntryShardV2", **ids)
+    result = run(p, total=N_BACKFILL, description="backfill", counter="rows_backfilled")
+    assert counters(result)["rows_backfilled"] == N_BACKFILL
+    report = verify(engine, CrcLogEntry)
+    assert report.rows_checked == N_BACKFILL
+    assert report.mismatched == {"EntryShardId": 0, "EntryShardV2": 0}
+
+    # a second run finds nothing left; a full recompute writes the same values
+    p = beam.Pipeline()
+    _ = p | Backfill(CrcLogEntry, "EntryShardV2", **ids)
+    assert counters(run(p, counter="rows_backfilled")).get("rows_backfilled", 0) == 0
+    p = beam.Pipeline()
+    _ = p | Backfill(CrcLogEntry, "EntryShardV2", only_missing=False, **ids)
+    assert counters(run(p, counter="rows_backfilled"))["rows_backfilled"] == N_BACKFILL
+    assert verify(engine, CrcLogEntry).ok
