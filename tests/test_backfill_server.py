@@ -107,3 +107,6 @@ def test_mismatch_count_sees_a_wrong_shard(spanner_engine: Any) -> None:
     result = backfill_server_side(spanner_engine, FarmLogEntry, "EntryShardV2")
     assert result.rows_updated == 49
     assert result.mismatched == 1  # the backfill fills NULLs only; verify reports the rest
+    fixed = backfill_server_side(spanner_engine, FarmLogEntry, "EntryShardV2", fix_stale=True)
+    assert (fixed.rows_missing_before, fixed.rows_updated, fixed.mismatched) == (0, 1, 0)
+    assert "OR `EntryShardV2` != MOD(" in fixed.sql

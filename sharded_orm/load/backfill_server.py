@@ -72,12 +72,24 @@ class ServerBackfillResult:
     path: str = "partitioned-dml"
 
 
-def backfill_sql(table: str, column: str, sources: Sequence[sa.Column[Any]], count: int) -> str:
-    """The idempotent ``UPDATE ... SET column = <expression> WHERE column IS NULL``."""
-    return (
-        f"UPDATE {quote(table, 'table name')} SET {quote(column)} = "
-        f"{shard_sql(sources, count, quote)} WHERE {quote(column)} IS NULL"
-    )
+def backfill_sql(
+    table: str,
+    column: str,
+    sources: Sequence[sa.Column[Any]],
+    count: int,
+    *,
+    fix_stale: bool = False,
+) -> str:
+    """The idempotent ``UPDATE ... SET column = <expression> WHERE column IS NULL``.
+
+    ``fix_stale=True`` also rewrites rows whose value differs from the expression (rows a
+    writer unaware of the new column changed after they were filled).
+    """
+    expr = shard_sql(sources, count, quote)
+    where = f"{quote(column)} IS NULL"
+    if fix_stale:
+        where += f" OR {quote(column)} != {expr}"
+    return f"UPDATE {quote(table, 'table name')} SET {quote(column)} = {expr} WHERE {where}"
 
 
 def _reflected_sources(bind: Any, table: str, names: Sequence[str]) -> list[sa.Column[Any]]:
@@ -159,6 +171,7 @@ def backfill_server_side(
     sources: Sequence[str] | None = None,
     count: int | None = None,
     algorithm: str | None = None,
+    fix_stale: bool = False,
     verify: bool = True,
     progress_mode: Any = "auto",
 ) -> ServerBackfillResult:
@@ -167,8 +180,9 @@ def backfill_server_side(
     ``table`` is a mapped class or ``Table`` declaring the shard column, or a table name
     with ``sources`` (column names, hashing order) and ``count`` (and ``algorithm``,
     default farm_fingerprint), as a migration knows them. ``bind`` is a Spanner Engine or
-    Connection. Safe to rerun. Raises ``ShardConfigError`` for a crc32 column and
-    ``UnsupportedOnDialectError`` off Spanner.
+    Connection. ``fix_stale=True`` also rewrites rows whose value disagrees (one statement
+    still). ``verify=False`` skips the closing count. Safe to rerun. Raises
+    ``ShardConfigError`` for a crc32 column and ``UnsupportedOnDialectError`` off Spanner.
     """
     if not is_spanner(bind):
         raise UnsupportedOnDialectError(
@@ -182,7 +196,7 @@ def backfill_server_side(
 
     start = time.monotonic()
     col = quote(column_name)
-    sql = backfill_sql(name, column_name, cols, n)
+    sql = backfill_sql(name, column_name, cols, n, fix_stale=fix_stale)
     with bind.connect() as conn:
         missing = int(
             conn.exec_driver_sql(
