@@ -20,6 +20,11 @@ SO105       error     a foreign key to a hashed-key table carries only ``id``
 SO106       warning   a shard column with a count of 1 (no sharding at all)
 SO107       warning   an unsharded index with a monotonic column behind its first ones:
                       each value of the leading columns (a big tenant) is its own hotspot
+SO108       warning   a primary key part after the first filled from a plain counter (a
+                      sequence that is not bit-reversed): each leading value appends at its
+                      own end
+SO109       advice    IDENTITY / autoincrement keys while the metadata does not declare the
+                      database's ``default_sequence_kind``
 ==========  ========  =====================================================================
 """
 
@@ -33,6 +38,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from sqlalchemy import Column, Index, MetaData, Table
+from sqlalchemy import Sequence as SASequence
 from sqlalchemy import types as sqltypes
 from sqlalchemy.sql import operators
 from sqlalchemy.sql.elements import UnaryExpression, _textual_label_reference
@@ -42,6 +48,8 @@ from sharded_orm.schema.columns import INFO_KEY, is_shard_column
 from sharded_orm.schema.keys import is_descending
 
 LINT_IGNORE = "sharded_orm.lint.ignore"
+#: MetaData.info key declaring the database's default_sequence_kind (silences SO109)
+SEQUENCE_KIND_KEY = "sharded_orm.default_sequence_kind"
 SEVERITIES = ("error", "warning", "advice")
 SEED = "Spanner schema design best practices"
 
@@ -207,6 +215,41 @@ def lint_table(table: Table, hashed: set[Table] | None = None) -> list[Finding]:
                     f"declare it descending (key_column(..., descending=True)): {SEED}, "
                     "descending timestamp keys.",
                 )
+    for pos, col in enumerate(pk[1:], start=1):
+        reason = counter_reason(col) if isinstance(_base_type(col), sqltypes.Integer) else None
+        if reason and not is_shard_column(pk[0]):
+            add(
+                "SO108",
+                "warning",
+                f"column {col.name}",
+                f"key part {pos + 1}, {col.name}, comes from a counter that is not "
+                f"bit-reversed ({reason}): under each value of "
+                f"{', '.join(c.name for c in pk[:pos])} every insert appends at the end, so a "
+                "busy one is a hotspot. Use bit-reversed ids (BitReversedPrimaryKeyMixin, "
+                "SpannerSequence, TableSequence(bit_reversed=True)) or a UUID v4.",
+            )
+    # an explicit autoincrement key with no Identity/Sequence is AUTO_INCREMENT (or IDENTITY
+    # without a kind) on Spanner: both take the database's default_sequence_kind
+    identity = [
+        c
+        for c in pk
+        if c.autoincrement is True
+        and c.identity is None
+        and not isinstance(c.default, SASequence)
+        and c.server_default is None
+    ]
+    kind_known = table.metadata.info.get(SEQUENCE_KIND_KEY) if table.metadata is not None else None
+    if identity and not kind_known:
+        add(
+            "SO109",
+            "advice",
+            f"column {identity[0].name}",
+            f"{identity[0].name} is an IDENTITY (auto-increment) key: Spanner needs the "
+            "database option default_sequence_kind for IDENTITY or AUTO_INCREMENT columns "
+            "declared without a kind. Run ALTER DATABASE ... SET OPTIONS "
+            "(default_sequence_kind = 'bit_reversed_positive') and declare it with "
+            f"MetaData(info={{{SEQUENCE_KIND_KEY!r}: 'bit_reversed_positive'}}).",
+        )
     for index in sorted(table.indexes, key=lambda i: str(i.name)):
         first = _first_column(index)
         opts: Any = index.dialect_options.get("spanner", {})  # .get never loads a dialect
@@ -278,6 +321,16 @@ def lint_table(table: Table, hashed: set[Table] | None = None) -> list[Finding]:
                     "hashed_reference(...).",
                 )
     return findings
+
+
+def index_warnings(index: Index) -> list[Finding]:
+    """The findings of :func:`lint_table` about one index (Alembic writes them above
+    ``op.create_index``)."""
+    table = index.table
+    if not isinstance(table, Table):
+        return []
+    target = f"index {index.name}"
+    return [f for f in lint_table(table) if f.target == target]
 
 
 def metadata_of(obj: Any) -> MetaData:
