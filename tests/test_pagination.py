@@ -10,8 +10,17 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 from seed_models import LogEntry, Sharded
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from sharded_orm import CursorError, page, set_cursor_secret, sharded_select
+from sharded_orm import (
+    CursorError,
+    ShardedIndex,
+    merged,
+    page,
+    set_cursor_secret,
+    shard_column,
+    sharded_select,
+)
 from sharded_orm.read import pagination
 
 T0 = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
@@ -141,3 +150,132 @@ def test_cursor_values_round_trip() -> None:
     assert back == values
     assert back[5].nanosecond == 123456789
     assert [type(v) for v in back] == [type(v) for v in values]
+
+
+# ----------------------------------------------------------------------------- secret
+
+
+@pytest.mark.parametrize("value", ["k", "abc", "fifteen bytes!!", ""])
+def test_weak_secret_in_the_environment_is_refused(
+    conn: sa.Connection, monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    """Issue 12 item 10: a 1-byte SHARDED_ORM_CURSOR_SECRET used to sign cursors (a short
+    key is recovered from one cursor and cursors forged)."""
+    monkeypatch.setenv("SHARDED_ORM_CURSOR_SECRET", value)
+    set_cursor_secret(None)  # back to the environment
+    try:
+        with pytest.raises(CursorError, match="SHARDED_ORM_CURSOR_SECRET holds .* at least 16"):
+            page(conn, acme(), 3)
+    finally:
+        monkeypatch.delenv("SHARDED_ORM_CURSOR_SECRET")
+        set_cursor_secret(None)
+
+
+def test_secret_from_the_environment_signs_across_processes(
+    conn: sa.Connection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SHARDED_ORM_CURSOR_SECRET", "a shared secret of 32 bytes.....")
+    set_cursor_secret(None)
+    try:
+        cursor = page(conn, acme(), 3).next_cursor
+        set_cursor_secret(None)  # as a second process would: read the variable again
+        assert page(conn, acme(), 3, cursor).rows == page(conn, acme(), 6).rows[3:]
+        # a body forged with another key, or none, is refused
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))  # type: ignore[operator]
+        import hashlib
+        import hmac
+
+        body = raw[32:].replace(b"2024-01-01", b"2023-01-01")
+        for key in (b"", b"abc", b"a shared secret of 32 bytes....!"):
+            sig = hmac.new(key, body, hashlib.sha256).digest()
+            forged = base64.urlsafe_b64encode(sig + body).decode()
+            with pytest.raises(CursorError, match="altered"):
+                page(conn, acme(), 3, forged)
+    finally:
+        monkeypatch.delenv("SHARDED_ORM_CURSOR_SECRET")
+        set_cursor_secret(None)
+
+
+# ----------------------------------------------------------------------------- shapes
+
+
+def walk(conn: Any, stmt: Any, size: int) -> list[Any]:
+    out, cursor = [], None
+    while True:
+        p = page(conn, stmt, size, cursor)
+        assert p.stats.statements <= 2
+        out += p.rows
+        if p.next_cursor is None:
+            return out
+        cursor = p.next_cursor
+
+
+def test_offset_and_limit_of_the_statement(conn: sa.Connection) -> None:
+    everything = walk(conn, acme(), 4)
+    assert len(everything) == 30
+    assert walk(conn, acme().offset(5), 4) == everything[5:]
+    assert walk(conn, acme().limit(11), 4) == everything[:11]
+    assert walk(conn, acme().offset(3).limit(9), 2) == everything[3:12]
+    assert page(conn, acme().limit(8), 8).next_cursor is None
+
+
+class F(DeclarativeBase):
+    pass
+
+
+class Scored(F):
+    __tablename__ = "scored"
+    id: Mapped[int] = mapped_column(primary_key=True, autoincrement=False)
+    score: Mapped[float | None] = mapped_column(sa.Float)
+    s: Mapped[int] = shard_column("id", count=5)
+    __table_args__ = (
+        ShardedIndex("scored_desc", sa.desc("score"), shard="s"),
+        ShardedIndex("scored_asc", "score", shard="s"),
+    )
+
+
+@pytest.mark.parametrize("index", ["scored_desc", "scored_asc"])
+def test_float_and_null_ordering_columns(engine: sa.Engine, index: str) -> None:
+    """Issue 11 items 9 and 10: page() over a nullable float (NULLs where the unsharded
+    ORDER BY puts them: first ascending, last descending, on SQLite and Spanner)."""
+    F.metadata.create_all(engine)
+    values = [None, -1.5, 0.25, 0.25, 2.0, None, 1e-9, 7.75]
+    with engine.begin() as c:
+        c.execute(Scored.__table__.insert(), [{"id": i, "score": values[i % 8]} for i in range(37)])
+    order = Scored.score.desc() if index == "scored_desc" else Scored.score
+    stmt = sharded_select(Scored, index=index).order_by(order)
+    with engine.connect() as c:
+        oracle = c.execute(sa.select(Scored.__table__).order_by(order, Scored.id)).all()
+        assert walk(c, stmt, 4) == oracle
+        assert merged(c, stmt, 37) == oracle
+        assert merged(c, stmt, 6) == oracle[:6]
+
+
+def test_async_connection_and_session() -> None:
+    """Issue 11 item 10: merged() on an AsyncConnection raised TypeError ('coroutine' is
+    not iterable); now ``await merged(...)`` and ``await page(...)`` work."""
+    import asyncio
+
+    from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
+
+    async def main() -> None:
+        eng = create_async_engine("sqlite+aiosqlite://")
+        async with eng.begin() as c:
+            await c.run_sync(lambda sc: F.metadata.create_all(sc))
+            await c.execute(
+                Scored.__table__.insert(), [{"id": i, "score": i / 2} for i in range(20)]
+            )
+        stmt = sharded_select(Scored, index="scored_desc").order_by(Scored.score.desc())
+        async with eng.connect() as c:
+            rows = await merged(c, stmt, 5)
+            assert [r.id for r in rows] == [19, 18, 17, 16, 15]
+            first = await page(c, stmt, 5)
+            second = await page(c, stmt, 5, first.next_cursor)
+            assert [r.id for r in second.rows] == [14, 13, 12, 11, 10]
+        async with AsyncSession(eng) as s:
+            got = await merged(s, stmt, 3)
+            assert [type(e) for e in got] == [Scored] * 3
+            assert [e.id for e in got] == [19, 18, 17]
+        await eng.dispose()
+
+    asyncio.run(main())

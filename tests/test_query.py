@@ -4,6 +4,7 @@ refusals."""
 from __future__ import annotations
 
 import datetime as dt
+import enum
 from typing import Any
 
 import pytest
@@ -14,6 +15,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, Session, aliased, mapped_col
 
 from sharded_orm import (
     ShardConfigError,
+    ShardedIndex,
     ShardTypeError,
     UTCDateTime,
     compute_shard,
@@ -38,14 +40,15 @@ def by_company() -> sa.Select[Any]:
 
 
 def spanner_sql(stmt: Any) -> str:
-    return str(expand(stmt, SpannerDialect()).compile(dialect=SpannerDialect()))
+    return str(stmt.compile(dialect=SpannerDialect()))
 
 
 # ----------------------------------------------------------------------------- SQL shape
 
 
 def test_spanner_sql_has_hint_and_every_shard() -> None:
-    compiled = expand(by_company(), SpannerDialect()).compile(dialect=SpannerDialect())
+    # the statement itself, not a rewritten copy: str() shows what runs
+    compiled = by_company().compile(dialect=SpannerDialect())
     assert "FROM `LogEntries` @{FORCE_INDEX=LogEntriesByCompany}" in str(compiled)
     assert "`LogEntries`.`EntryShardId` BETWEEN :EntryShardId_1 AND :EntryShardId_2" in str(
         compiled
@@ -55,7 +58,7 @@ def test_spanner_sql_has_hint_and_every_shard() -> None:
 
 def test_no_hint_on_other_dialects() -> None:
     dialect = sa.create_engine("sqlite://").dialect
-    sql = str(expand(by_company(), dialect).compile(dialect=dialect))
+    sql = str(by_company().compile(dialect=dialect))
     assert "FORCE_INDEX" not in sql and '"EntryShardId" BETWEEN' in sql
 
 
@@ -69,7 +72,7 @@ def test_point_lookup_reads_one_shard() -> None:
     stmt = sharded_select(LogEntry, index="LogEntriesByCompany").where(
         LogEntry.company_id == "Acme", LogEntry.ts == T0
     )
-    compiled = expand(stmt, SpannerDialect()).compile(dialect=SpannerDialect())
+    compiled = stmt.compile(dialect=SpannerDialect())
     assert "`LogEntries`.`EntryShardId` = :EntryShardId_1" in str(compiled)
     assert "BETWEEN" not in str(compiled)
     assert compiled.params["EntryShardId_1"] == compute_shard(("Acme", T0), 10)
@@ -171,7 +174,7 @@ def test_a_plain_index_led_by_a_shard_column_works() -> None:
     t = sa.Table(
         "plain",
         sa.MetaData(),
-        sa.Column("id", sa.Integer, primary_key=True),
+        sa.Column("id", sa.Integer, primary_key=True, autoincrement=False),
         sa.Column("ts", UTCDateTime),
         shard_column("id", count=4, name="s").column,
     )
@@ -191,3 +194,189 @@ def test_entity_must_be_a_mapped_class_or_table() -> None:
         sharded_select(aliased(LogEntry))
     with pytest.raises(ShardTypeError, match="mapped class or a Table"):
         sharded_select("LogEntries")
+
+
+# ----------------------------------------------------------------------------- composition
+
+
+def test_print_shows_the_predicate() -> None:
+    # issue 16: the predicate is part of the statement, not added at execution only
+    text = str(by_company())
+    assert '"LogEntries"."EntryShardId" BETWEEN' in text
+
+
+def compositions() -> dict[str, Any]:
+    stmt = by_company()
+    sub = stmt.subquery()
+    cte = stmt.cte("recent")
+    return {
+        "subquery": sa.select(sub.c.UserId).order_by(sub.c.UserId),
+        "cte": sa.select(cte.c.UserId).order_by(cte.c.UserId),
+        "count": sa.select(sa.func.count()).select_from(stmt.subquery()),
+        "union": sa.union_all(
+            stmt.with_only_columns(LogEntry.user_id).order_by(None),
+            sharded_select(LogEntry, index="LogEntriesByCompany")
+            .with_only_columns(LogEntry.user_id)
+            .where(LogEntry.company_id == "Other"),
+        ),
+    }
+
+
+@pytest.mark.parametrize("name", ["subquery", "cte", "count", "union"])
+def test_compositions_show_predicate_and_hint(name: str) -> None:
+    sql = spanner_sql(compositions()[name])
+    assert "@{FORCE_INDEX=LogEntriesByCompany}" in sql
+    assert "`LogEntries`.`EntryShardId` BETWEEN" in sql
+
+
+@pytest.mark.parametrize("name", ["subquery", "cte", "count", "union"])
+def test_compositions_send_predicate_and_hint(mock_spanner: Any, name: str) -> None:
+    engine = mock_spanner.engine()
+    with pytest.raises((sa.exc.DBAPIError, GoogleAPICallError)), engine.connect() as conn:
+        conn.execute(compositions()[name]).all()
+    sent = [s for s in mock_spanner.executed_sql() if "LogEntries" in s]
+    assert sent
+    for text in sent:
+        assert "FROM `LogEntries` @{FORCE_INDEX=LogEntriesByCompany}" in text
+        assert "`LogEntries`.`EntryShardId` BETWEEN @" in text
+    engine.dispose()
+
+
+def test_compositions_give_the_oracle_rows(engine: sa.Engine) -> None:
+    Sharded.metadata.create_all(engine)
+    with Session(engine) as s:
+        s.add_all(
+            LogEntry(company_id=c, user_id=f"u{i:02}", ts=T0 + dt.timedelta(hours=i))
+            for i in range(30)
+            for c in ("Acme", "Other")
+        )
+        s.commit()
+    cond = [LogEntry.company_id == "Acme", LogEntry.ts > T0, LogEntry.ts < T0 + dt.timedelta(1)]
+    acme = [f"u{i:02}" for i in range(1, 24)]
+    with engine.connect() as conn:
+        got = {name: conn.execute(stmt).all() for name, stmt in compositions().items()}
+        plain = sa.select(LogEntry.user_id).where(*cond)
+        other = sa.select(LogEntry.user_id).where(LogEntry.company_id == "Other")
+        assert [r[0] for r in got["subquery"]] == acme == [r[0] for r in got["cte"]]
+        assert got["count"] == [(len(acme),)]
+        assert sorted(r[0] for r in got["union"]) == sorted(
+            [r[0] for r in conn.execute(plain)] + [r[0] for r in conn.execute(other)]
+        )
+
+
+def test_point_lookups_are_cached_per_shard(engine: sa.Engine) -> None:
+    """Two executions of one statement shape with different point values read different
+    shards: the shard is part of the cache key, never frozen into a shared compiled form."""
+    Sharded.metadata.create_all(engine)
+    with Session(engine) as s:
+        s.add_all(LogEntry(company_id=f"c{i}", user_id="u", ts=T0) for i in range(12))
+        s.commit()
+        for i in range(12):
+            stmt = sharded_select(LogEntry, index="LogEntriesByCompany").where(
+                LogEntry.company_id == f"c{i}", LogEntry.ts == T0
+            )
+            assert stmt.point_shard == compute_shard((f"c{i}", T0), 10)
+            assert [e.company_id for e in s.scalars(stmt)] == [f"c{i}"]
+
+
+def test_point_lookup_from_execution_parameters_runs(engine: sa.Engine) -> None:
+    Sharded.metadata.create_all(engine)
+    with Session(engine) as s:
+        s.add_all(LogEntry(company_id=f"c{i}", user_id="u", ts=T0) for i in range(6))
+        s.commit()
+        stmt = sharded_select(LogEntry, index="LogEntriesByCompany").where(
+            LogEntry.company_id == sa.bindparam("c"), LogEntry.ts == sa.bindparam("t")
+        )
+        assert stmt.point_shard is None  # unknown until execution
+        for i in range(6):
+            got = s.scalars(stmt, {"c": f"c{i}", "t": T0}).all()
+            assert [e.company_id for e in got] == [f"c{i}"]
+
+
+# ----------------------------------------------------------------------------- item 7
+
+
+class Color(str, enum.Enum):
+    RED = "red"
+
+
+class P(DeclarativeBase):
+    pass
+
+
+class Loose(P):
+    """Sources the database compares after conversion or collation."""
+
+    __tablename__ = "loose"
+    id: Mapped[int] = mapped_column(primary_key=True, autoincrement=False)
+    company: Mapped[str] = mapped_column(sa.String(20, collation="NOCASE"))
+    flag: Mapped[bool] = mapped_column(sa.Boolean)
+    n: Mapped[int] = mapped_column(sa.Integer)
+    color: Mapped[str] = mapped_column(sa.String(10))
+    u: Mapped[str] = mapped_column(sa.Uuid(as_uuid=False))
+    s_company: Mapped[int] = shard_column("company", count=16)
+    s_flag: Mapped[int] = shard_column("flag", count=16)
+    s_n: Mapped[int] = shard_column("n", count=16)
+    s_color: Mapped[int] = shard_column("color", count=16)
+    s_u: Mapped[int] = shard_column("u", count=16)
+    __table_args__ = tuple(
+        ShardedIndex(f"loose_by_{c}", c, shard=f"s_{c}")
+        for c in ("company", "flag", "n", "color", "u")
+    )
+
+
+U = "15B7BD1F-8473-4F3C-9A31-6E3C1D1E0F01"
+
+
+@pytest.mark.parametrize(
+    ("column", "cond", "pruned"),
+    [
+        ("company", lambda: Loose.company == "ACME", False),  # NOCASE: read every shard
+        ("flag", lambda: Loose.flag == 1, True),  # stored true: hash True
+        ("n", lambda: Loose.n == "01", False),  # the database converts '01': every shard
+        ("n", lambda: Loose.n == 1.0, False),  # a float literal: every shard, no error
+        ("color", lambda: Loose.color == Color.RED, True),  # stored 'red'
+        ("u", lambda: Loose.u == U, True),  # stored lower-case
+    ],
+)
+def test_point_lookup_hashes_what_the_database_compares(
+    column: str, cond: Any, pruned: bool
+) -> None:
+    """Issue 11 items 7 and 10: the lookup used to hash the Python literal and filter out
+    the row (or raise ShardTypeError for 1.0)."""
+    eng = sa.create_engine("sqlite://")
+    P.metadata.create_all(eng)
+    with Session(eng) as s:
+        s.add(Loose(id=1, company="Acme", flag=True, n=1, color="red", u=U.lower()))
+        s.commit()
+        stmt = sharded_select(Loose, index=f"loose_by_{column}").where(cond())
+        assert (stmt.point_shard is not None) == pruned
+        plain = [e.id for e in s.scalars(sa.select(Loose).where(cond()))]
+        assert plain == ([] if column == "u" else [1])  # SQLite compares UUID text as is
+        assert [e.id for e in s.scalars(stmt)] == plain
+        assert [e.id for e in merged(s, stmt, 5)] == plain
+    eng.dispose()
+
+
+class SsU(P):
+    __tablename__ = "SsU"
+    shard: Mapped[int] = shard_column(
+        "u", count=16, algorithm="farm_fingerprint", server_side=True, primary_key=True
+    )
+    u: Mapped[str] = mapped_column(sa.Uuid(as_uuid=False), primary_key=True)
+    color: Mapped[str] = mapped_column(sa.String(10))
+
+
+@pytest.mark.emulator
+def test_point_lookup_on_server_side_shards(spanner_engine: sa.Engine) -> None:
+    """The server hashes the stored (lower-case) UUID; the lookup hashes the same."""
+    SsU.__table__.create(spanner_engine)
+    with Session(spanner_engine) as s:
+        s.add(SsU(u=U, color=Color.RED))
+        s.commit()
+        stmt = sharded_select(SsU).where(SsU.u == U)
+        assert stmt.point_shard is not None
+        assert [e.color for e in s.scalars(stmt)] == ["red"]
+        assert [e.color for e in s.scalars(sharded_select(SsU).where(SsU.color == Color.RED))] == [
+            "red"
+        ]

@@ -182,7 +182,8 @@ class MergeQuery:
         import sqlparse  # the Spanner DB-API's own dependency
 
         sql = str(self._outer(branches, limit).compile(dialect=self.dialect))
-        tokens = sum(1 for _ in sqlparse.lexer.tokenize(sql))
+        tokenize: Any = sqlparse.lexer.tokenize
+        tokens = len(list(tokenize(sql)))
         if tokens <= _TOKEN_BUDGET:
             return len(branches)
         parts = math.ceil(tokens / (_TOKEN_BUDGET - 500))

@@ -129,6 +129,7 @@ class ShardPredicate(ColumnElement[bool]):
 
     __visit_name__ = "sharded_orm_shard_predicate"
     inherit_cache = True
+    _is_implicitly_boolean = True  # a comparison: no "= 1" around it where booleans are ints
     _traverse_internals = [
         ("column", InternalTraversal.dp_clauseelement),
         ("count", InternalTraversal.dp_plain_obj),
