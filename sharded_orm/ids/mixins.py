@@ -31,8 +31,9 @@ from sqlalchemy import (
     and_,
 )
 from sqlalchemy.ext.compiler import compiles
-from sqlalchemy.orm import Mapped, declared_attr, mapped_column, relationship
+from sqlalchemy.orm import Mapped, declared_attr, mapped_column, relationship, validates
 
+from sharded_orm.checks import SPANNER_NAME
 from sharded_orm.errors import ShardConfigError, ShardTypeError, ShardValueError
 from sharded_orm.schema.columns import (
     ATTR_COLUMNS_KEY,
@@ -47,6 +48,20 @@ from sharded_orm.spanner import SPANNER_DIALECT_NAMES
 from sharded_orm.write.orm_events import install_mapper_events
 
 INT64_MAX = (1 << 63) - 1
+
+
+def _int64_id(owner: object, value: Any, *, positive: bool = False) -> int:
+    """An id assigned to a model: an INT64 (positive where the sequence only makes those)."""
+    name = type(owner).__name__
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ShardTypeError(f"{name} ids are ints, got {value!r} ({type(value).__name__})")
+    low = 1 if positive else -INT64_MAX - 1
+    if not low <= value <= INT64_MAX:
+        raise ShardValueError(
+            f"{name} ids are {'positive ' if positive else ''}INT64s, got {value} "
+            f"(outside {low} .. 2**63 - 1)"
+        )
+    return value
 
 
 def bit_reverse(n: int) -> int:
@@ -68,6 +83,26 @@ class UUIDPrimaryKeyMixin:
     @declared_attr
     def id(cls) -> Mapped[str]:
         return mapped_column(String(36), primary_key=True, default=new_uuid, sort_order=-100)
+
+    @validates("id")
+    def _check_id(self, key: str, value: Any) -> Any:
+        # Assigned ids only (the default is made right): refused here, not by the database
+        if value is None:
+            return None
+        if isinstance(value, uuid.UUID):
+            return str(value)
+        if not isinstance(value, str):
+            raise ShardTypeError(f"{type(self).__name__}.id is a UUID string, got {value!r}")
+        try:
+            canonical = str(uuid.UUID(value))
+        except ValueError:
+            canonical = None
+        if canonical != value:
+            raise ShardValueError(
+                f"{type(self).__name__}.id {value!r} is not a UUID in its canonical form "
+                "(36 lower-case characters, e.g. str(uuid.uuid4()))"
+            )
+        return value
 
 
 class BitReversedPrimaryKeyMixin:
@@ -91,6 +126,10 @@ class BitReversedPrimaryKeyMixin:
             primary_key=True,
             sort_order=-100,
         )
+
+    @validates("id")
+    def _check_id(self, key: str, value: Any) -> Any:
+        return None if value is None else _int64_id(self, value, positive=True)
 
 
 class HashedPrimaryKeyMixin:
@@ -118,13 +157,23 @@ class HashedPrimaryKeyMixin:
 
     @declared_attr
     def id(cls) -> Mapped[int]:
+        make_id = getattr(cls, "__id_default__", None)  # a plain function stays unbound
+        if make_id is not None and not callable(make_id):
+            raise ShardTypeError(
+                f"{getattr(cls, '__name__', cls)}.__id_default__ makes the next id: give a "
+                f"callable (e.g. TableSequence(...).next_id), got {make_id!r}"
+            )
         return mapped_column(
             BigInteger,
             primary_key=True,
             autoincrement=False,
-            default=getattr(cls, "__id_default__", None),  # a plain function stays unbound
+            default=make_id,
             sort_order=-100,
         )
+
+    @validates("id")
+    def _check_id(self, key: str, value: Any) -> Any:
+        return None if value is None else _int64_id(self, value)
 
 
 def _hashed_key(model: Any) -> tuple[Any, Any]:
@@ -184,9 +233,10 @@ def hashed_reference(
         hashed_reference(Order, Customer, prefix="customer")
     """
     p_hashed, p_id = _hashed_key(parent)
-    if not isinstance(prefix, str) or not prefix.isidentifier():
+    if not isinstance(prefix, str) or not SPANNER_NAME.fullmatch(f"{prefix}_hashed_id"):
         raise ShardTypeError(
-            f"prefix names columns (<prefix>_id): give an identifier, got {prefix!r}"
+            "prefix names columns (<prefix>_id): give an identifier (a letter, then letters, "
+            f"digits or _), got {prefix!r}"
         )
     if not isinstance(enforced, bool):
         raise ShardTypeError(f"enforced must be a bool, got {enforced!r}")

@@ -50,23 +50,24 @@ def key_column(*args: Any, descending: bool = False, **kwargs: Any) -> MappedCol
 
 
 def _part_name(part: Any) -> tuple[str | Column[Any], bool]:
+    """(a column or its name, descending) for one part given to ``primary_key``."""
+    descending = False
     if isinstance(part, UnaryExpression) and part.modifier in (operators.desc_op, operators.asc_op):
-        inner: Any = part.element
-        if isinstance(inner, _textual_label_reference):  # desc("name")
-            inner = str(inner.element)
-        name = getattr(inner, "name", None) if not isinstance(inner, str) else inner
-        if name is None:
-            raise ShardTypeError(f"cannot read a key column out of {part!r}")
-        col = inner if isinstance(inner, Column) else str(name)
-        return col, part.modifier is operators.desc_op
-    if isinstance(part, (str, Column)):
-        return part, False
-    clause = getattr(part, "__clause_element__", None)
-    if clause is not None:
-        return _part_name(clause())
-    raise ShardTypeError(
-        f"primary key parts are column names, columns or desc(...) of them, got {part!r}"
-    )
+        descending = part.modifier is operators.desc_op
+        part = part.element
+        if isinstance(part, _textual_label_reference):  # desc("name")
+            part = str(part.element)
+    if not isinstance(part, (str, Column)):
+        # an ORM attribute gives its column; anything else (a function, a literal) has none
+        clause = getattr(part, "__clause_element__", None)
+        inner = clause() if clause is not None else None
+        if not isinstance(inner, Column):
+            raise ShardTypeError(
+                "primary key parts are column names, columns or desc(...) of them, got "
+                f"{part!r}; a key cannot hold an expression"
+            )
+        part = inner
+    return part, descending
 
 
 class OrderedPrimaryKey(PrimaryKeyConstraint):
