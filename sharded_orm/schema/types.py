@@ -8,7 +8,7 @@ from typing import Any
 from sqlalchemy.engine import Dialect
 from sqlalchemy.types import DateTime, TypeDecorator
 
-from sharded_orm.errors import ShardValueError
+from sharded_orm.errors import ShardTypeError, ShardValueError
 
 _UTC = _dt.timezone.utc
 
@@ -30,7 +30,11 @@ class UTCDateTime(TypeDecorator[_dt.datetime]):
         if value is None:
             return None
         if not isinstance(value, _dt.datetime):
-            return value  # let the driver raise its own type error
+            # SQLite's driver would store a str or an int as is, and hand it back as one
+            raise ShardTypeError(
+                f"a UTCDateTime column takes a timezone-aware datetime, got {value!r} "
+                f"({type(value).__name__})"
+            )
         if value.utcoffset() is None:
             raise ShardValueError(
                 f"naive datetime {value!r} given to a UTCDateTime column: "
