@@ -1,0 +1,147 @@
+"""Reshard backfill three ways on the emulator (issue 14's benchmark; not a test).
+
+LogEntries with ROWS rows written by "old code" (``EntryShardV2`` NULL), then filled by:
+
+1. client batches: ``alembic_ext.backfill.backfill_shard(..., partitioned_dml=False)``
+   (read a batch, hash in Python, one UPDATE mutation commit per batch; then its verify
+   pass re-reads every row), on a crc32 column;
+2. Partitioned DML: ``sharded_orm.load.backfill_server.backfill_server_side`` on a
+   farm_fingerprint column (one UPDATE inside Spanner, then one server-side count);
+3. Beam ``Backfill`` on the DirectRunner (partitioned read, hash, update mutations in
+   batches), on a crc32 column.
+
+Each is checked with ``sharded_orm.verify`` (0 mismatched rows, every row findable).
+RPCs: what each path sends, counted from its own reports (see the notes printed).
+
+    python benchmarks/bench_backfill.py [--rows 100000] [--batch-size 500]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("SPANNER_DISABLE_BUILTIN_METRICS", "true")
+sys.path.insert(0, str(Path(__file__).parent.parent))
+
+from sharded_orm import verify  # noqa: E402
+from sharded_orm.load.backfill_server import backfill_server_side  # noqa: E402
+from sharded_orm.testing.emulator import Emulator, local_emulator  # noqa: E402
+from tests.at_scale_models import (  # noqa: E402
+    CrcBase,
+    CrcLogEntry,
+    FarmBase,
+    FarmLogEntry,
+    load_old_rows,
+)
+
+
+def fresh(emulator: Emulator, base: Any, model: Any, rows: int) -> tuple[Any, str]:
+    database_id = emulator.create_database()
+    engine = emulator.engine(database_id)
+    base.metadata.create_all(engine)
+    t = time.perf_counter()
+    load_old_rows(engine, model, rows)
+    print(f"  (loaded {rows:,} old rows in {time.perf_counter() - t:.1f} s)")
+    return engine, database_id
+
+
+def check(engine: Any, model: Any, rows: int) -> float:
+    t = time.perf_counter()
+    report = verify(engine, model, progress_mode="off")
+    assert report.rows_checked == rows, report
+    assert report.ok, report.mismatched
+    return time.perf_counter() - t
+
+
+def client_batches(emulator: Emulator, rows: int, batch_size: int) -> dict[str, Any]:
+    from alembic_ext.backfill import backfill_shard
+
+    engine, _ = fresh(emulator, CrcBase, CrcLogEntry, rows)
+    t = time.perf_counter()
+    result = backfill_shard(
+        engine, "LogEntries", "EntryShardV2", sources=["CompanyId", "Timestamp"], count=16,
+        algorithm="crc32", batch_size=batch_size, progress=False, partitioned_dml=False,
+    )  # fmt: skip
+    seconds = time.perf_counter() - t
+    assert result.rows == rows, result
+    # each batch (fill or verify) is one read-write transaction: a query and a commit;
+    # plus the two counts up front and the empty batch closing each pass
+    rpcs = 2 * (result.batches + 2) + 2
+    return {"seconds": seconds, "rpcs": rpcs, "verify": check(engine, CrcLogEntry, rows),
+            "note": f"{result.batches} batches of {batch_size} (fill + verify passes)"}  # fmt: skip
+
+
+def partitioned_dml(emulator: Emulator, rows: int) -> dict[str, Any]:
+    engine, _ = fresh(emulator, FarmBase, FarmLogEntry, rows)
+    t = time.perf_counter()
+    result = backfill_server_side(engine, FarmLogEntry, "EntryShardV2", progress_mode="off")
+    seconds = time.perf_counter() - t
+    assert result.rows_updated == rows and result.mismatched == 0, result
+    # count + (BeginTransaction + ExecuteStreamingSql for the PDML) + the closing count
+    return {"seconds": seconds, "rpcs": result.rpcs + 1,
+            "verify": check(engine, FarmLogEntry, rows), "note": "1 UPDATE + 2 counts"}  # fmt: skip
+
+
+def beam_backfill(emulator: Emulator, rows: int) -> dict[str, Any]:
+    import apache_beam as beam
+
+    from sharded_orm.beam import Backfill, run
+
+    engine, database_id = fresh(emulator, CrcBase, CrcLogEntry, rows)
+    ids = {"project_id": emulator.project, "instance_id": emulator.instance_id,
+           "database_id": database_id}  # fmt: skip
+    p = beam.Pipeline()
+    _ = p | Backfill(CrcLogEntry, "EntryShardV2", **ids)
+    t = time.perf_counter()
+    result = run(p, total=rows, description="beam backfill", counter="rows_backfilled",
+                 progress_mode="off")  # fmt: skip
+    seconds = time.perf_counter() - t
+    commits = 0
+    partitions = 0
+    for c in result.metrics().query()["counters"]:
+        name = c.key.metric.name
+        value = c.committed if c.committed is not None else c.attempted
+        if name == "SpannerBatches":
+            commits += int(value or 0)
+    # the partitioned read: BeginTransaction (batch snapshot) + PartitionQuery + one
+    # ExecuteStreamingSql per partition (the emulator answers one partition)
+    partitions = 1
+    rpcs = commits + 2 + partitions
+    return {"seconds": seconds, "rpcs": rpcs, "verify": check(engine, CrcLogEntry, rows),
+            "note": f"{commits} commits of <= 500 rows + partitioned read"}  # fmt: skip
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", type=int, default=100_000)
+    ap.add_argument("--batch-size", type=int, default=500, help="client batches' batch size")
+    ap.add_argument("--skip", action="append", default=[], choices=("client", "pdml", "beam"))
+    args = ap.parse_args()
+    results: dict[str, dict[str, Any]] = {}
+    with local_emulator() as emulator:
+        if "client" not in args.skip:
+            print("client batches (crc32):")
+            results["client batches (crc32)"] = client_batches(emulator, args.rows, args.batch_size)
+        if "pdml" not in args.skip:
+            print("Partitioned DML (farm_fingerprint):")
+            results["Partitioned DML (farm_fingerprint)"] = partitioned_dml(emulator, args.rows)
+        if "beam" not in args.skip:
+            print("Beam Backfill, DirectRunner (crc32):")
+            results["Beam Backfill, DirectRunner (crc32)"] = beam_backfill(emulator, args.rows)
+    print(f"\nreshard backfill of {args.rows:,} LogEntries rows on the emulator (verify: 0 each)")
+    print("| path | seconds | rows/s | RPCs | verify (s) | notes |")
+    print("|---|---:|---:|---:|---:|---|")
+    for name, r in results.items():
+        print(
+            f"| {name} | {r['seconds']:.1f} | {args.rows / r['seconds']:,.0f} | "
+            f"~{r['rpcs']:,} | {r['verify']:.1f} | {r['note']} |"
+        )
+
+
+if __name__ == "__main__":
+    main()
