@@ -258,6 +258,20 @@ def test_executemany_with_returning_respects_the_limit(spanner_engine: sa.Engine
 
 
 @pytest.mark.emulator
+def test_orm_bulk_insert_respects_the_limit(spanner_engine: sa.Engine) -> None:
+    _ParamBase.metadata.create_all(spanner_engine)
+    counter = ParameterCounter(spanner_engine)
+    with orm.Session(spanner_engine) as session:
+        stmt = sa.insert(FiveColumns).returning(FiveColumns.id, FiveColumns.generated)
+        rows = session.execute(stmt, five_rows(300)).all()
+        session.execute(sa.insert(FiveColumns), five_rows(300, start=1000))
+        session.commit()
+    assert sorted(r.generated for r in rows) == [i + 1 for i in range(300)]
+    assert count_rows(spanner_engine, FiveColumns.__table__) == 600
+    assert max(counter.counts) <= 950
+
+
+@pytest.mark.emulator
 def test_multi_values_insert_over_the_limit_is_refused_before_sending(
     spanner_engine: sa.Engine,
 ) -> None:
