@@ -133,7 +133,7 @@ SCENARIOS: dict[str, list[dict[str, Any]]] = {
 }
 
 EXPECTED = {
-    "timestamp_key": ("Logs", "monotonic", None, None, "SO101", "shard_column("),
+    "timestamp_key": ("Logs", "monotonic", None, None, "SO101", "shard_column('ts'"),
     "tenant_100x": ("LogEntriesByCompany", "tenant_skew", 0, "company-b", None, "reshard"),
     "sequence": ("Orders", "sequence", None, None, "SO101", "bit-reversed"),
     "hot_row": ("Counters", "hot_key", None, None, None, "contention"),

@@ -14,7 +14,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from sharded_orm.errors import ShardTypeError
-from sharded_orm.tools.doctor.diagnose import PATTERNS, diagnose, metadata_of_models
+from sharded_orm.tools.doctor.diagnose import (
+    PATTERNS,
+    attribute_names,
+    diagnose,
+    metadata_of_models,
+)
 from sharded_orm.tools.doctor.findings import Diagnosis, EmptyWindowError, HotspotFinding
 from sharded_orm.tools.doctor.keys import Catalog, Key, KeyPart, parse_key
 from sharded_orm.tools.doctor.sources import (
@@ -47,7 +52,7 @@ def doctor(
         raise ShardTypeError(f"since must be a datetime or a timedelta, got {since!r}")
     elif since is not None and since.tzinfo is None:
         since = since.replace(tzinfo=dt.timezone.utc)
-    catalog = Catalog(metadata_of_models(models))
+    catalog = Catalog(metadata_of_models(models), attribute_names(models))
     rows = load_rows(source, window, since)
     return diagnose(rows, catalog, window)
 

@@ -59,6 +59,32 @@ def metadata_of_models(models: Any) -> MetaData:
     return metadata_of(models)
 
 
+def attribute_names(models: Any) -> dict[tuple[str, str], str]:
+    """(table, column) -> ORM attribute name, for the models that are mapped classes (a
+    ``shard_column(...)`` names its sources by attribute)."""
+    from sqlalchemy import inspect
+    from sqlalchemy.orm import ColumnProperty, Mapper
+
+    mappers: list[Mapper[Any]] = []
+    registry = getattr(models, "registry", None)
+    if registry is not None:
+        mappers.extend(registry.mappers)
+    elif isinstance(models, (list, tuple, set)):
+        for m in models:
+            mapper = inspect(m, raiseerr=False)
+            if isinstance(mapper, Mapper):
+                mappers.append(mapper)
+    out: dict[tuple[str, str], str] = {}
+    for mapper in mappers:
+        for prop in mapper.column_attrs:
+            if isinstance(prop, ColumnProperty):
+                for col in prop.columns:
+                    table = getattr(col, "table", None)
+                    if table is not None and hasattr(table, "name") and hasattr(col, "name"):
+                        out.setdefault((table.name, col.name), prop.key)
+    return out
+
+
 def _hot_seconds(rows: Sequence[DecodedRow], window: str) -> float:
     return len({r.row.interval_end for r in rows if r.row.cpu_usage_score >= 100}) * float(
         INTERVAL_SECONDS[window]
@@ -95,8 +121,9 @@ def _is_hot_key(r: DecodedRow) -> bool:
     return [p.value for p in s.parts[:-1]] == [p.value for p in lim.parts[:-1]]
 
 
-def _attr(col: Column[Any]) -> str:
-    return col.key or col.name
+def _attr(catalog: Catalog, col: Column[Any]) -> str:
+    table = getattr(col, "table", None)
+    return catalog.attributes.get((getattr(table, "name", ""), col.name), col.name)
 
 
 def diagnose(rows: list[SplitRow], catalog: Catalog, window: str) -> Diagnosis:
@@ -166,7 +193,7 @@ def _classify(
             )
     rest = [r for r in group if not _is_hot_key(r)]
     if rest:
-        out.append(_classify_range(name, kind, cols, table, rest, window))
+        out.append(_classify_range(catalog, name, kind, cols, table, rest, window))
     return out
 
 
@@ -187,6 +214,7 @@ def _value(key: Key, role: str) -> Any:
 
 
 def _classify_range(
+    catalog: Catalog,
     name: str,
     kind: str,
     cols: list[tuple[Column[Any], bool]],
@@ -202,6 +230,12 @@ def _classify_range(
     tenants = Counter(t for r in rows if (t := _located(r, "tenant", desc)) is not None)
     shards = sorted({v for r in rows if (v := _located(r, "shard", desc)) is not None})
     top_tenant, top_n = tenants.most_common(1)[0] if tenants else (None, 0)
+    shard_load: Counter[Any] = Counter()
+    for r in rows:
+        v = _located(r, "shard", desc)
+        if v is not None and (top_tenant is None or _located(r, "tenant", desc) == top_tenant):
+            shard_load[v] += r.row.cpu_usage_score
+    hottest_shard = shard_load.most_common(1)[0][0] if shard_load else None
     common = dict(base_table=table.name, shards=shards)
     if mono is None:
         reasons = sorted({x for r in rows for x in r.row.unsplittable_reasons})
@@ -220,8 +254,12 @@ def _classify_range(
         )
     mcol = cols[mono][0]
     hot_col = mcol.name
-    sources = [_attr(cols[tenant_pos][0])] if tenant_pos is not None and tenant_pos < mono else []
-    sources.append(_attr(mcol))
+    sources = (
+        [_attr(catalog, cols[tenant_pos][0])]
+        if tenant_pos is not None and tenant_pos < mono
+        else []
+    )
+    sources.append(_attr(catalog, mcol))
     src = ", ".join(repr(s) for s in sources)
     if shard_pos is not None:
         scol = cols[0][0]
@@ -256,7 +294,7 @@ def _classify_range(
                 rows,
                 window,
                 tenant=top_tenant,
-                shard=shards[0] if shards else None,
+                shard=hottest_shard,
                 column=hot_col,
                 **common,
             )
@@ -269,13 +307,13 @@ def _classify_range(
             rows,
             window,
             tenant=top_tenant,
-            shard=shards[0] if shards else None,
+            shard=hottest_shard,
             column=hot_col,
             **common,
         )
     tenant = top_tenant if mono > 0 else None
     if kind == "index":
-        rule = "SO102" if mono == 0 else "SO107"
+        index_rule = "SO102" if mono == 0 else "SO107"
         index_cols = ", ".join(repr(c.name) for c, _ in cols[: mono + 1])
         return _finding(
             name,
@@ -291,16 +329,16 @@ def _classify_range(
             )
             + f'. Make it a ShardedIndex({name!r}, {index_cols}, shard="{hot_col}ShardId") with '
             f"{hot_col}ShardId = shard_column({src}, count=N) (about 10 x the node count). "
-            f"Lint rule {rule} flags this index.",
+            f"Lint rule {index_rule} flags this index.",
             rows,
             window,
             tenant=tenant,
             column=hot_col,
-            rule=rule,
+            rule=index_rule,
             **common,
         )
     pattern = "sequence" if roles[mono] == "counter" else "monotonic"
-    rule = "SO101" if mono == 0 else ("SO108" if pattern == "sequence" else None)
+    rule: str | None = "SO101" if mono == 0 else ("SO108" if pattern == "sequence" else None)
     if pattern == "sequence":
         fix = (
             f"{table.name}.{hot_col} comes from a plain counter and "

@@ -135,7 +135,11 @@ class Key:
 class Catalog:
     """The models' tables and indexes by the names Spanner gives them."""
 
-    def __init__(self, metadata: MetaData) -> None:
+    def __init__(
+        self, metadata: MetaData, attributes: dict[tuple[str, str], str] | None = None
+    ) -> None:
+        #: (table, column) -> ORM attribute name, where the models are mapped classes
+        self.attributes = dict(attributes or {})
         self.tables: dict[str, Table] = {}
         self.indexes: dict[str, Index] = {}
         for t in metadata.tables.values():

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from sharded_orm.tools.doctor.keys import Key
 
 if TYPE_CHECKING:
-    from sharded_orm.tools.doctor.diagnose import Diagnosis
+    from sharded_orm.tools.doctor.findings import Diagnosis
 
 BUCKETS = 48
 
