@@ -30,7 +30,9 @@ class BulkLoadReport:
 
     ``rows_written`` counts rows of committed batches only, each once. ``unknown_batches``
     are batches whose last commit may or may not have been applied (a lost reply, a
-    deadline): re-running the load with ``mode="insert_or_update"`` settles them.
+    deadline, a server gone mid-commit), ``rows_unknown`` their rows: the table holds at
+    least ``rows_written`` and at most ``rows_written + rows_unknown`` of the load's rows.
+    Re-running the load with ``mode="insert_or_update"`` settles them.
     """
 
     rows_written: int = 0
@@ -41,6 +43,7 @@ class BulkLoadReport:
     committed_batches: list[int] = field(default_factory=list)
     failed_batch: int | None = None
     unknown_batches: list[int] = field(default_factory=list)
+    rows_unknown: int = 0  # rows of unknown_batches: in the table or not
     write_order: dict[int, list[int]] = field(default_factory=dict)  # worker -> ranges
     mutations_per_row: int = 0  # as Spanner counts them: columns written + index entries
     dropped_indexes: list[str] = field(default_factory=list)  # not re-created yet
@@ -62,7 +65,8 @@ def stopped(report: BulkLoadReport, exc: BaseException) -> BulkLoadError:
     """The error of a load that stopped: what failed, what is committed, how to finish."""
     why = str(exc) if isinstance(exc, RetryError) else f"{type(exc).__name__}: {exc}"
     unknown = (
-        f" Batch(es) {report.unknown_batches} may have been applied (the reply was lost)."
+        f" Batch(es) {sorted(report.unknown_batches)} ({report.rows_unknown} rows) may "
+        "have been applied (their reply was lost)."
         if report.unknown_batches
         else ""
     )
@@ -104,6 +108,7 @@ class Job:
             self.report.committed_batches.append(b)
             if b in self.report.unknown_batches:
                 self.report.unknown_batches.remove(b)
+                self.report.rows_unknown -= len(self.batches[b])
         self.advance(len(self.batches[b]))
 
     def failed(self, b: int, exc: BaseException) -> bool:
@@ -112,6 +117,7 @@ class Job:
             outcome = exc.outcome if isinstance(exc, RetryError) else classify(exc)
             if outcome is Outcome.UNKNOWN and b not in self.report.unknown_batches:
                 self.report.unknown_batches.append(b)
+                self.report.rows_unknown += len(self.batches[b])
             first = self.report.failed_batch is None
             if first:
                 self.report.failed_batch = b

@@ -157,12 +157,22 @@ class Emulator:
             from google.auth.credentials import AnonymousCredentials
             from google.cloud import spanner
 
-            self._client = spanner.Client(
-                project=self.project,
-                credentials=AnonymousCredentials(),  # type: ignore[no-untyped-call]
-                client_options={"api_endpoint": self.host},
-                disable_builtin_metrics=True,
-            )
+            # the client prefers $SPANNER_EMULATOR_HOST to api_endpoint: point it here
+            # while the client is made (it reads the variable once)
+            saved = os.environ.get(HOST_ENV)
+            os.environ[HOST_ENV] = self.host
+            try:
+                self._client = spanner.Client(
+                    project=self.project,
+                    credentials=AnonymousCredentials(),  # type: ignore[no-untyped-call]
+                    client_options={"api_endpoint": self.host},
+                    disable_builtin_metrics=True,
+                )
+            finally:
+                if saved is None:
+                    os.environ.pop(HOST_ENV, None)
+                else:
+                    os.environ[HOST_ENV] = saved
         return self._client
 
     def instance(self) -> Any:

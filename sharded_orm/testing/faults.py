@@ -1,0 +1,247 @@
+"""A fault-injecting gRPC proxy for Spanner: test what your code does when calls fail.
+
+Put :class:`FaultProxy` on 127.0.0.1 in front of the emulator (or any plaintext Spanner
+endpoint) and point a client at ``proxy.host``; every call is forwarded as raw bytes, so
+it works for every method, the admin API included. Then:
+
+* ``proxy.fail("Commit", "ABORTED")``: the next Commit fails before it reaches Spanner
+  (any status code: ``ABORTED``, ``UNAVAILABLE``, ``DEADLINE_EXCEEDED``...);
+* ``proxy.lose_reply("Commit")``: the next Commit is applied by Spanner, then the client
+  gets an error instead of the reply (a lost commit response: the outcome is unknown);
+* ``proxy.hang("Commit", seconds)``: the call waits, then fails with DEADLINE_EXCEEDED;
+* ``proxy.go_away()`` / ``proxy.come_back()``: the listener closes (calls in flight are
+  cancelled, new ones are refused as when a server dies) and reopens on the same port.
+
+``proxy.calls`` lists what happened to each call, ``proxy.count("Commit")`` how many
+arrived. :meth:`FaultProxy.emulator` gives an ``Emulator`` handle whose clients and
+engines talk through the proxy::
+
+    with FaultProxy(spanner_emulator.host) as proxy:
+        engine = proxy.emulator(spanner_emulator).engine(database_id)
+        proxy.lose_reply("Commit")
+        ...  # your write: it must not double a row nor report one it did not write
+
+grpc is imported when a proxy starts, never at import.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any
+
+#: Server-streaming methods of the Spanner API (every other method is unary).
+STREAMING_METHODS = frozenset({"ExecuteStreamingSql", "StreamingRead", "BatchWrite"})
+#: Request headers not forwarded (set by the channel itself).
+_HOP_HEADERS = ("user-agent", "grpc-", ":")
+
+
+@dataclass
+class _Rule:
+    method: str
+    mode: str  # "before", "after" (lost reply) or "hang"
+    code: str
+    times: int
+    message: str
+    seconds: float = 0.0
+
+
+class FaultProxy:
+    """A gRPC proxy on 127.0.0.1 that forwards to ``target`` and injects faults on demand."""
+
+    def __init__(self, target: str, *, port: int = 0, workers: int = 32) -> None:
+        import grpc
+
+        self.target = target
+        self._grpc = grpc
+        self._channel = grpc.insecure_channel(target)
+        self._rules: list[_Rule] = []
+        self._lock = threading.Lock()
+        self._workers = workers
+        self._server: Any = None
+        #: (method, what happened) for every call, in arrival order
+        self.calls: list[tuple[str, str]] = []
+        self.port = port
+        self.come_back()
+
+    # ----------------------------------------------------------------------- lifecycle
+    @property
+    def host(self) -> str:
+        """``127.0.0.1:PORT``: give it to a client as its emulator host."""
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def listening(self) -> bool:
+        return self._server is not None
+
+    def come_back(self) -> None:
+        """Open the listener (again, on the same port)."""
+        if self._server is not None:
+            return
+        from concurrent.futures import ThreadPoolExecutor
+
+        server = self._grpc.server(
+            ThreadPoolExecutor(max_workers=self._workers), handlers=[_Handler(self)]
+        )
+        bound = server.add_insecure_port(f"127.0.0.1:{self.port}")
+        if not bound:
+            raise OSError(f"the fault proxy cannot listen on 127.0.0.1:{self.port}")
+        self.port = bound
+        server.start()
+        self._server = server
+
+    def go_away(self) -> None:
+        """Close the listener: calls in flight are cancelled, new ones are refused."""
+        server, self._server = self._server, None
+        if server is not None:
+            server.stop(grace=0).wait(5)
+
+    def stop(self) -> None:
+        """Close the listener and the upstream channel."""
+        self.go_away()
+        self._channel.close()
+
+    def __enter__(self) -> FaultProxy:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def emulator(self, emulator: Any) -> Any:
+        """An ``Emulator`` handle for the same project and instance, reached through here."""
+        from sharded_orm.testing.emulator import Emulator
+
+        return Emulator(self.host, project=emulator.project, instance_id=emulator.instance_id)
+
+    # ----------------------------------------------------------------------- faults
+    def _add(self, rule: _Rule) -> None:
+        if isinstance(rule.times, bool) or not isinstance(rule.times, int) or rule.times < 1:
+            raise ValueError(f"times must be an int >= 1, got {rule.times!r}")
+        getattr(self._grpc.StatusCode, rule.code.upper())  # an unknown code fails here
+        with self._lock:
+            self._rules.append(rule)
+
+    def fail(self, method: str, code: str = "UNAVAILABLE", *, times: int = 1,
+             message: str = "injected by FaultProxy") -> None:  # fmt: skip
+        """The next ``times`` calls of ``method`` fail with ``code`` before reaching Spanner."""
+        self._add(_Rule(method, "before", code, times, message))
+
+    def lose_reply(self, method: str = "Commit", code: str = "UNAVAILABLE", *, times: int = 1,
+                   message: str = "reply lost by FaultProxy") -> None:  # fmt: skip
+        """The next ``times`` calls of ``method`` are applied, then fail with ``code``."""
+        self._add(_Rule(method, "after", code, times, message))
+
+    def hang(self, method: str, seconds: float, *, times: int = 1) -> None:
+        """The next ``times`` calls wait ``seconds`` (or the caller's deadline), then fail
+        with DEADLINE_EXCEEDED without reaching Spanner."""
+        self._add(_Rule(method, "hang", "DEADLINE_EXCEEDED", times, "hung by FaultProxy", seconds))
+
+    def clear(self) -> None:
+        """Forget pending faults and the calls seen."""
+        with self._lock:
+            self._rules.clear()
+            self.calls.clear()
+
+    def count(self, method: str, what: str | None = None) -> int:
+        """Calls of ``method`` seen (only those with outcome ``what`` if given)."""
+        with self._lock:
+            return sum(m == method and (what is None or w == what) for m, w in self.calls)
+
+    @property
+    def pending(self) -> int:
+        """Faults not injected yet."""
+        with self._lock:
+            return sum(r.times for r in self._rules)
+
+    def _take(self, method: str) -> _Rule | None:
+        with self._lock:
+            for rule in self._rules:
+                if rule.method == method:
+                    rule.times -= 1
+                    if rule.times == 0:
+                        self._rules.remove(rule)
+                    return rule
+            return None
+
+    def _record(self, method: str, what: str) -> None:
+        with self._lock:
+            self.calls.append((method, what))
+
+    # ----------------------------------------------------------------------- forwarding
+    def _before(self, name: str, context: Any) -> _Rule | None:
+        rule = self._take(name)
+        if rule is None:
+            return None
+        code = getattr(self._grpc.StatusCode, rule.code.upper())
+        if rule.mode == "before":
+            self._record(name, f"failed {rule.code}")
+            context.abort(code, rule.message)
+        if rule.mode == "hang":
+            self._record(name, "hung")
+            left = context.time_remaining()
+            time.sleep(max(0.0, min(rule.seconds, left if left is not None else rule.seconds)))
+            context.abort(code, rule.message)
+        return rule
+
+    def _forward_args(self, context: Any) -> dict[str, Any]:
+        metadata = [
+            (k, v)
+            for k, v in context.invocation_metadata()
+            if not any(k.startswith(h) for h in _HOP_HEADERS)
+        ]
+        left = context.time_remaining()
+        return {"metadata": metadata, "timeout": left if left is not None and left < 1e6 else None}
+
+    def _after(self, name: str, rule: _Rule | None, context: Any) -> None:
+        if rule is not None:  # mode "after": Spanner applied the call; the reply is lost
+            self._record(name, "reply lost")
+            context.abort(getattr(self._grpc.StatusCode, rule.code.upper()), rule.message)
+        self._record(name, "passed")
+
+    def unary(self, method: str, name: str, request: bytes, context: Any) -> bytes:
+        rule = self._before(name, context)
+        try:
+            reply = self._channel.unary_unary(method)(request, **self._forward_args(context))
+        except self._grpc.RpcError as exc:
+            self._record(name, f"upstream {exc.code().name}")
+            context.abort(exc.code(), exc.details() or "")
+        self._after(name, rule, context)
+        return bytes(reply)
+
+    def stream(self, method: str, name: str, request: bytes, context: Any) -> Iterator[bytes]:
+        rule = self._before(name, context)
+        try:
+            yield from self._channel.unary_stream(method)(request, **self._forward_args(context))
+        except self._grpc.RpcError as exc:
+            self._record(name, f"upstream {exc.code().name}")
+            context.abort(exc.code(), exc.details() or "")
+        self._after(name, rule, context)
+
+
+class _Handler:
+    """grpc's generic handler: every method, request and reply as raw bytes."""
+
+    def __init__(self, proxy: FaultProxy) -> None:
+        self.proxy = proxy
+
+    def service(self, details: Any) -> Any:
+        import grpc
+
+        method: str = details.method
+        name = method.rsplit("/", 1)[-1]
+        proxy = self.proxy
+        if name in STREAMING_METHODS:
+            return grpc.unary_stream_rpc_method_handler(
+                lambda request, context: proxy.stream(method, name, request, context)
+            )
+        return grpc.unary_unary_rpc_method_handler(
+            lambda request, context: proxy.unary(method, name, request, context)
+        )
