@@ -138,3 +138,4 @@ __all__ = [
 from sharded_orm.spanner import expressions as _expressions  # noqa: E402,F401
 from sharded_orm.write import engine_hook as _engine_hook  # noqa: E402,F401
 from sharded_orm.write import orm_events as _orm_events  # noqa: E402,F401
+from sharded_orm.write import session_events as _session_events  # noqa: E402,F401

@@ -82,6 +82,16 @@ class ShardSpec:
             )
 
 
+class ComputedShard(int):
+    """A shard value sharded-orm computed itself during a flush (an ``int`` in every way).
+
+    The engine hook accepts it without hashing the row again: the hot path pays the
+    hash once. Anything else a caller passes as a shard is checked.
+    """
+
+    __slots__ = ()
+
+
 @dataclass(frozen=True, eq=False)
 class ShardColumn:
     """A shard column resolved against its table: the column, its sources, its function.
@@ -149,15 +159,15 @@ def make_shard_column(
 ) -> ShardColumn:
     """A ShardColumn whose function coerces each source as its column stores it."""
     coercers = tuple(coercer_for(s) for s in sources)
-    pieces = [piece_function(_piece_kind(s), c) for s, c in zip(sources, coercers, strict=True)]
+    pieces = [piece_function(piece_kind(s), c) for s, c in zip(sources, coercers, strict=True)]
     fn = shard_function_of_pieces(pieces, spec.count, spec.algorithm)
     loose = tuple(has_case_insensitive_collation(s) for s in sources)
     return ShardColumn(column, spec, tuple(sources), fn, coercers, loose)
 
 
-def _piece_kind(column: Column[Any]) -> str | None:
+def piece_kind(column: Any) -> str | None:
     """Which inline fast path fits the column's stored Python type, if any."""
-    type_ = column.type
+    type_ = getattr(column, "type", None)
     while isinstance(type_, TypeDecorator):
         type_ = type_.impl_instance
     if isinstance(type_, (sqltypes.Enum, sqltypes.Uuid)):

@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import re
 import warnings
+from collections.abc import Mapping
 from typing import Any
 
-from sqlalchemy import event, literal
+from sqlalchemy import event, literal, select
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.sql.dml import Insert, Update
 from sqlalchemy.sql.elements import ClauseElement, TextClause
@@ -31,7 +32,7 @@ from sqlalchemy.sql.elements import ClauseElement, TextClause
 from sharded_orm.errors import ShardConfigError, ShardingWarning
 from sharded_orm.schema.registry import cascade_targets, sharded_names
 from sharded_orm.spanner import is_spanner
-from sharded_orm.write.rows import RowShards, fast_insert_rows
+from sharded_orm.write.rows import Fetch, RowShards, fast_insert_rows
 from sharded_orm.write.sql import MISSING, literal_value, statement_values, where_equalities
 from sharded_orm.write.statements import check_from_select, with_upsert_shard
 from sharded_orm.write.targets import statement_table, write_shards
@@ -92,6 +93,23 @@ def _refuse_cascade(elem: Update, table: Any, keys: Any) -> None:
         )
 
 
+def _row_fetcher(conn: Connection, table: Any, pinned: dict[str, Any]) -> Fetch | None:
+    """Reads the sources an UPDATE by full primary key does not set (ORM bulk UPDATE by
+    primary key, ``bulk_update_mappings``) from the row itself, in the same transaction."""
+    pk = list(getattr(table, "primary_key", None) or ())
+    if not pk or any(c.key not in pinned for c in pk):
+        return None
+
+    def fetch(row: Mapping[str, Any], keys: list[str]) -> dict[str, Any] | None:
+        where = [c == literal_value(pinned[c.key], row) for c in pk]
+        got = conn.execute(select(*[table.c[k] for k in keys]).where(*where)).first()
+        if got is None:
+            return None  # no such row: the UPDATE matches nothing; the caller refuses
+        return dict(zip(keys, got, strict=True))
+
+    return fetch
+
+
 def _before_execute(
     conn: Connection,
     elem: Any,
@@ -132,7 +150,8 @@ def _before_execute(
             if getattr(c.table, "name", None) == table.name
         }
         rows = multiparams if multiparams else [params]
-        new_rows = [row_shards.update_row(r, stmt_values, pinned) for r in rows]
+        fetch = _row_fetcher(conn, table, pinned)
+        new_rows = [row_shards.update_row(r, stmt_values, pinned, fetch) for r in rows]
     if not multiparams and not params:
         # Values came only from .values(...): send the shard as a parameter, which Core
         # turns into a SET/VALUES entry (works with ordered_values() too).

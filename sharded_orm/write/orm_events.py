@@ -1,9 +1,18 @@
-"""Unit-of-work events: the object learns its shard before the flush sends it.
+"""Unit-of-work events: the object knows its shard, from construction to flush.
 
-The execution hook (``sharded_orm.write.engine_hook``) would fill the value anyway; doing it
-here too keeps the identity map truthful (``entry.entry_shard_id`` is right after
-``flush()`` without a reload) and lets an UPDATE carry every source, so the hook can
-check it.
+* A ``set`` listener on each source attribute recomputes the shard as soon as every
+  source is known (so ``session.merge()`` finds a row whose key includes its shard, and
+  a detached object handed to ``bulk_save_objects`` carries a shard that agrees with its
+  sources). A shard the caller set by hand is left alone and checked at flush.
+* ``before_insert`` computes the shard (evaluating and storing Python defaults of the
+  sources) and stores it as a ``ComputedShard``, which the engine hook accepts without
+  hashing the row again.
+* ``before_update`` evaluates a source's Python ``onupdate`` (so the value stored is the
+  value hashed), recomputes the shard when a source changed, and sends every non-key
+  source so the engine hook can check the whole row.
+
+Events are installed on every mapper whose tables include a sharded one, sub-mappers of
+joined and single inheritance included.
 """
 
 from __future__ import annotations
@@ -14,72 +23,94 @@ from sqlalchemy import Table, event
 from sqlalchemy.orm import Mapper, attributes
 from sqlalchemy.orm.attributes import flag_modified, instance_dict
 
-from sharded_orm.errors import ShardMismatchError, ShardValueError
-from sharded_orm.schema.columns import ShardColumn, is_shard_column, shard_columns
-from sharded_orm.write.sql import MISSING, evaluate_default
+from sharded_orm.errors import ShardingError, ShardValueError
+from sharded_orm.schema.columns import ComputedShard, ShardColumn, is_shard_column, shard_columns
+from sharded_orm.spanner import is_spanner
+from sharded_orm.write.fastpath import row_shard
+from sharded_orm.write.rows import mismatch
+from sharded_orm.write.sql import MISSING, evaluate_default, evaluate_onupdate
+
+Plan = tuple[ShardColumn, str, tuple[str, ...]]
 
 
-def _attr_keys(mapper: Mapper[Any], sc: ShardColumn) -> tuple[str, tuple[str, ...]]:
-    shard_attr = mapper.get_property_by_column(sc.column).key
-    source_attrs = tuple(mapper.get_property_by_column(c).key for c in sc.sources)
-    return shard_attr, source_attrs
+def sharded_tables(mapper: Mapper[Any]) -> list[Table]:
+    return [
+        t
+        for t in mapper.tables
+        if isinstance(t, Table) and any(is_shard_column(c) for c in t.columns)
+    ]
 
 
-def _mismatch(sc: ShardColumn, given: Any, shard: int) -> ShardMismatchError:
-    return ShardMismatchError(
-        f"{sc.name}={given!r} disagrees with its sources ({', '.join(sc.source_keys)}), "
-        f"which hash to {shard}; such a row would be invisible to sharded queries. "
-        f"Leave {sc.name!r} unset and sharded-orm fills it."
-    )
+def mapper_plans(mapper: Mapper[Any]) -> list[Plan]:
+    """``(shard column, shard attribute, source attributes)`` for each shard of the mapper."""
+    plans = []
+    for table in sharded_tables(mapper):
+        for sc in shard_columns(table):
+            shard_attr = mapper.get_property_by_column(sc.column).key
+            source_attrs = tuple(mapper.get_property_by_column(c).key for c in sc.sources)
+            plans.append((sc, shard_attr, source_attrs))
+    return plans
+
+
+def _insert_values(
+    sc: ShardColumn, source_attrs: tuple[str, ...], target: Any, d: Any
+) -> list[Any]:
+    """Source values for an INSERT, evaluating (and storing) Python-side defaults."""
+    values = []
+    for col, attr in zip(sc.sources, source_attrs, strict=True):
+        v = d.get(attr)
+        if v is None:
+            dv = evaluate_default(col, {a: d[a] for a in source_attrs if a in d})
+            if dv is not MISSING:
+                setattr(target, attr, dv)  # store exactly what we hash
+                v = dv
+        values.append(v)
+    return values
 
 
 def install_mapper_events(mapper: Mapper[Any]) -> None:
-    """Attach before_insert/before_update to one mapper whose table has shard columns."""
-    plan = [(sc, *_attr_keys(mapper, sc)) for sc in shard_columns(mapper.local_table)]
-    pk_cols = set(mapper.local_table.primary_key)
-
-    def insert_values(
-        sc: ShardColumn, source_attrs: tuple[str, ...], target: Any, d: Any
-    ) -> list[Any]:
-        """Source values for an INSERT, evaluating (and storing) Python-side defaults."""
-        values = []
-        for col, attr in zip(sc.sources, source_attrs, strict=True):
-            v = d.get(attr)
-            if v is None:
-                dv = evaluate_default(col, {a: d[a] for a in source_attrs if a in d})
-                if dv is not MISSING:
-                    setattr(target, attr, dv)  # store exactly what we hash
-                    v = dv
-            values.append(v)
-        return values
+    """Attach the flush events to one mapper whose tables have shard columns."""
+    plans = [(sc, sa, srcs, row_shard(sc, srcs)) for sc, sa, srcs in mapper_plans(mapper)]
+    pk_cols = {c for t in mapper.tables for c in t.primary_key}
+    onupdate = {
+        mapper.get_property_by_column(c).key: c
+        for sc, _, _, _ in plans
+        for c in sc.sources
+        if c.onupdate is not None
+    }
+    column_attrs = [p.key for p in mapper.column_attrs]
 
     def before_insert(mapper_: Any, connection: Any, target: Any) -> None:
         d = instance_dict(target)
-        for sc, shard_attr, source_attrs in plan:
-            fn = sc._fn
+        mark = int if is_spanner(connection.dialect) else ComputedShard
+        for sc, shard_attr, source_attrs, fn in plans:
             try:
-                values = [d[a] for a in source_attrs]
-                shard = fn(values)
+                shard = fn(d)
             except (KeyError, ShardValueError):  # unset or None: maybe a default applies
-                values = insert_values(sc, source_attrs, target, d)
-                shard = fn(values)
+                shard = sc.compute(_insert_values(sc, source_attrs, target, d))
             given = d.get(shard_attr)
             if given is not None and given != shard:
-                raise _mismatch(sc, given, shard)
+                raise mismatch(sc, given, shard)
             # A pending object's INSERT is built from its dict: no history to keep.
-            d[shard_attr] = shard
+            d[shard_attr] = mark(shard)
 
     def before_update(mapper_: Any, connection: Any, target: Any) -> None:
         state = attributes.instance_state(target)
-        for sc, shard_attr, source_attrs in plan:
+        if onupdate:
+            _apply_onupdate(state, target, onupdate, column_attrs)
+        for sc, shard_attr, source_attrs, _ in plans:
             changed = [a for a in source_attrs if state.attrs[a].history.has_changes()]
             shard_hist = state.attrs[shard_attr].history
             if not changed and not shard_hist.has_changes():
                 continue
             shard = sc.compute([getattr(target, a) for a in source_attrs])
-            if shard_hist.has_changes() and shard_hist.added and shard_hist.added[0] != shard:
-                raise _mismatch(sc, shard_hist.added[0], shard)
-            if getattr(target, shard_attr) != shard:
+            given = shard_hist.added[0] if shard_hist.added else None
+            derived = (
+                given is None or given == shard or _was_derived(sc, state, source_attrs, given)
+            )
+            if not derived:
+                raise mismatch(sc, given, shard)
+            if getattr(target, shard_attr) != shard or shard_hist.has_changes():
                 setattr(target, shard_attr, shard)
             # Send every non-key source so the execution hook can check the whole row;
             # key sources are pinned in the UPDATE's WHERE clause by the ORM.
@@ -91,11 +122,82 @@ def install_mapper_events(mapper: Mapper[Any]) -> None:
     event.listen(mapper, "before_update", before_update)
 
 
+def _was_derived(sc: ShardColumn, state: Any, source_attrs: tuple[str, ...], given: Any) -> bool:
+    """True when the shard's new value is what the old sources hash to: it was derived by
+    the set listener (or merge copied it), not chosen by the caller."""
+    old = []
+    for a in source_attrs:
+        h = state.attrs[a].history
+        old.append(h.deleted[0] if h.deleted else (h.unchanged[0] if h.unchanged else None))
+    try:
+        return bool(sc.compute(old) == given)
+    except ShardingError:
+        return False
+
+
+def _apply_onupdate(
+    state: Any, target: Any, onupdate: dict[str, Any], column_attrs: list[str]
+) -> None:
+    """Evaluate a source's Python onupdate now, when the row will be UPDATEd anyway, so
+    the value SQLAlchemy would write behind the hook's back is the one hashed."""
+    if not any(state.attrs[a].history.has_changes() for a in column_attrs):
+        return  # no net change: the ORM sends no UPDATE, the onupdate must not fire
+    d = instance_dict(target)
+    for attr, col in onupdate.items():
+        if not state.attrs[attr].history.has_changes():
+            setattr(target, attr, evaluate_onupdate(col, dict(d)))
+
+
+def install_source_listeners(mapper: Mapper[Any]) -> None:
+    """Recompute the shard on the object when one of its sources is set."""
+    for sc, shard_attr, source_attrs in mapper_plans(mapper):
+        if sc.server_side:
+            continue
+        for attr in source_attrs:
+            event.listen(
+                mapper.class_manager[attr],
+                "set",
+                _source_setter(sc, shard_attr, source_attrs, attr),
+                propagate=True,
+            )
+
+
+def _source_setter(sc: ShardColumn, shard_attr: str, source_attrs: tuple[str, ...], me: str) -> Any:
+    def on_set(target: Any, value: Any, oldvalue: Any, initiator: Any) -> None:
+        d = instance_dict(target)
+        current = d.get(shard_attr)
+        try:
+            new = sc.compute([value if a == me else d[a] for a in source_attrs])
+        except (KeyError, ShardingError, TypeError, ValueError):
+            if current.__class__ is ComputedShard:
+                d[shard_attr] = int(current)  # no longer vouched for: the hook checks it
+            return
+        if current is None:
+            setattr(target, shard_attr, new)
+            return
+        if current == new:
+            return
+        try:
+            old = sc.compute([oldvalue if a == me else d[a] for a in source_attrs])
+        except (ShardingError, TypeError, ValueError):
+            old = None
+        if old == current:
+            setattr(target, shard_attr, new)  # it was derived from the old sources
+        elif current.__class__ is ComputedShard:
+            d[shard_attr] = int(current)
+
+    return on_set
+
+
 def _install_for_sharded_tables(mapper: Mapper[Any], class_: Any) -> None:
-    """Every mapper of a table with shard columns fills them at flush."""
-    table = mapper.local_table
-    if isinstance(table, Table) and any(is_shard_column(c) for c in table.columns):
-        install_mapper_events(mapper)
+    """Every mapper with a sharded table fills its shards at flush."""
+    tables = sharded_tables(mapper)
+    if not tables:
+        return
+    install_mapper_events(mapper)
+    parent = mapper.inherits
+    if parent is None or not sharded_tables(parent):
+        install_source_listeners(mapper)  # propagate=True covers the subclasses
 
 
 # Runs after the schema layer's own listener, which maps attribute names to columns.

@@ -18,18 +18,39 @@ client-computed shard column:
 from __future__ import annotations
 
 import datetime as _dt
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from sharded_orm.errors import ShardConfigError, ShardMismatchError, ShardValueError
 from sharded_orm.schema.columns import ShardColumn
+from sharded_orm.write.fastpath import RowsFiller, rows_filler
 from sharded_orm.write.sql import MISSING, evaluate_default, evaluate_onupdate, literal_value
+
+#: ``(row, source keys) -> {key: stored value}`` read from the row an UPDATE targets
+Fetch = Callable[[Mapping[str, Any], list[str]], "dict[str, Any] | None"]
 
 
 def _unhashable_source(sc: ShardColumn, key: str) -> ShardConfigError:
     return ShardConfigError(
         f"the value for shard source {key!r} of {sc.name!r} is a SQL expression; the shard "
         "can only be computed from plain values. Compute the value in Python first."
+    )
+
+
+def _no_value(sc: ShardColumn, key: str, row: Mapping[str, Any]) -> ShardValueError:
+    table = getattr(sc.column, "table", None)
+    known = set(getattr(table, "c", {}).keys()) if table is not None else set()
+    unknown = [k for k in row if known and k not in known]
+    hint = (
+        f" The row has keys that are not column keys of {getattr(table, 'name', '?')!r}: "
+        f"{', '.join(unknown)} "
+        "(Core takes column keys, not ORM attribute names)."
+        if unknown
+        else ""
+    )
+    return ShardValueError(
+        f"this INSERT gives no value for shard source {key!r} of {sc.name!r} and the column "
+        f"has no Python default, so the shard cannot be computed.{hint}"
     )
 
 
@@ -106,7 +127,7 @@ class RowShards:
             else:
                 v = evaluate_default(col, {**stmt_values, **row, **values})
                 if v is MISSING:
-                    v = None  # the column will be NULL: compute() names the problem
+                    raise _no_value(sc, k, row)
             values[k] = v
         return values
 
@@ -117,7 +138,10 @@ class RowShards:
         row: dict[str, Any],
         stmt_values: Mapping[str, Any],
         pinned: Mapping[str, Any],
+        fetch: Fetch | None = None,
     ) -> dict[str, Any]:
+        """The UPDATE row to send. ``fetch(row, keys)`` reads sources the statement does not
+        give from the one row its WHERE clause names by primary key (None: not possible)."""
         out = row
         for k, col in self.onupdate_sources.items():
             if k not in out and k not in stmt_values:
@@ -131,7 +155,7 @@ class RowShards:
                 continue
             if self.on_spanner:
                 _refuse_key_change(sc, setting)
-            values = self._update_sources(sc, out, stmt_values, pinned, setting)
+            values = self._update_sources(sc, out, stmt_values, pinned, setting, fetch)
             shard = sc.compute(values)
             _check_given(sc, out, stmt_values, shard)
             if out is row:
@@ -151,8 +175,12 @@ class RowShards:
         stmt_values: Mapping[str, Any],
         pinned: Mapping[str, Any],
         setting: list[str],
+        fetch: Fetch | None,
     ) -> list[Any]:
         values: list[Any] = []
+        known = {k for k in sc.source_keys if k in row or k in stmt_values or k in pinned}
+        missing = [k for k in sc.source_keys if k not in known]
+        fetched = fetch(row, missing) if missing and fetch is not None else None
         for i, k in enumerate(sc.source_keys):
             if k in row:
                 v = row[k]
@@ -172,6 +200,8 @@ class RowShards:
                         f"converts), so the new shard cannot be computed. Set all of "
                         f"{', '.join(sc.source_keys)} in the UPDATE."
                     )
+            elif fetched is not None:
+                v = fetched[k]
             else:
                 what = f"sets {', '.join(setting)}" if setting else f"sets {sc.name!r}"
                 if k in self.onupdate_sources or any(s in self.onupdate_sources for s in setting):
@@ -230,25 +260,17 @@ def _check_given(
         raise mismatch(sc, given, shard)
 
 
+_fillers: dict[tuple[ShardColumn, ...], RowsFiller] = {}
+
+
 def fast_insert_rows(shards: RowShards, rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """INSERT rows carrying every source: fill a missing shard (in a copy), accept a given
-    one that agrees. Anything else (a source to default, a disagreeing shard) takes the
-    full path, which evaluates defaults and raises the precise error."""
-    plan = [(sc.key, sc.source_keys, sc._fn) for sc in shards.client_made]
-    out = []
-    for row in rows:
-        new: dict[str, Any] | None = None
-        try:
-            for key, source_keys, fn in plan:
-                shard = fn([row[k] for k in source_keys])
-                given = row.get(key)
-                if given is None:
-                    if new is None:
-                        new = row.copy()
-                    new[key] = shard
-                elif given != shard or given.__class__ is bool:
-                    raise KeyError(key)
-        except (KeyError, ShardValueError):
-            new = shards.insert_row(row, {})
-        out.append(row if new is None else new)
-    return out
+    """INSERT rows carrying every source, through the generated filler of the table
+    (``sharded_orm.write.fastpath``); a row it cannot settle goes through ``insert_row``."""
+    plan = tuple(shards.client_made)
+    filler = _fillers.get(plan)
+    if filler is None:
+        if len(_fillers) > 256:
+            _fillers.clear()
+        checker = RowShards(plan, on_spanner=False)
+        filler = _fillers[plan] = rows_filler(plan, lambda row: checker.insert_row(row, {}))
+    return filler(rows)
