@@ -549,6 +549,12 @@ CASES: list[Case] = [
     C("cli doctor", "None", "doctor without models", cli("doctor", "x.csv"), CliExit, "models"),
     C("cli verify", "bad URL", "verify not-a-url", cli("verify", "not-a-url", "seed_models:LogEntry"), CliExit, "not-a-url"),
     C("cli verify", "missing table", "verify a model with no shard column", cli("verify", "sqlite://", "seed_models:User"), CliExit, "no shard columns"),
+    # our Spanner dialect: URLs
+    C("spanner URL", "bad URL", "spanner+spanner:///nonsense", lambda: sa.create_engine("spanner+spanner:///nonsense"), sa.exc.ArgumentError, "not a Spanner URL"),
+    C("spanner URL", "bad URL", "spanner+spanner:///projects/p (no instance)", lambda: sa.create_engine("spanner+spanner:///projects/p"), sa.exc.ArgumentError, "not a Spanner URL"),
+    C("spanner URL", "bad URL", ".../databases/ (empty database)", lambda: sa.create_engine("spanner+spanner:///projects/p/instances/i/databases/"), sa.exc.ArgumentError, "not a Spanner URL"),
+    C("spanner URL", "bad URL", "spanner+spanner:// (no path)", lambda: sa.create_engine("spanner+spanner://"), sa.exc.ArgumentError, "not a Spanner URL"),
+    C("spanner URL", "identifier", "database 'd;drop'", lambda: sa.create_engine("spanner+spanner:///projects/p/instances/i/databases/d;drop"), sa.exc.ArgumentError, "not a Spanner URL"),
     # alembic_ext
     C("backfill_shard", "identifier", "table 'Log`Entries'", backfill(table="Log`Entries"), ShardConfigError, "Log`Entries"),
     C("backfill_shard", "identifier", "column 'x; DROP TABLE y'", backfill(column="x; DROP TABLE y"), ShardConfigError, "x; DROP TABLE y"),

@@ -31,6 +31,18 @@ def users_table() -> sa.Table:
     )
 
 
+@pytest.mark.parametrize("path", ["/nonsense", "/projects/p", "/projects/p/instances/i/databases/"])
+def test_bad_urls_are_refused_with_an_argument_error(path: str) -> None:
+    with pytest.raises(sa.exc.ArgumentError, match="not a Spanner URL"):
+        sa.create_engine(f"spanner+spanner://{path}")
+
+
+def test_upstream_crashes_on_a_bad_url() -> None:
+    url = sa.engine.make_url("spanner+spanner:///nonsense")
+    with pytest.raises(AttributeError, match="group"):
+        stock.SpannerDialect().create_connect_args(url)
+
+
 def test_engines_use_our_dialect() -> None:
     eng = sa.create_engine("spanner+spanner:///projects/p/instances/i/databases/d")
     assert type(eng.dialect) is SpannerDialect

@@ -44,6 +44,10 @@ Fixes (sqlalchemy-spanner 1.20):
 9. Reflection pastes table, schema and sequence names into its INFORMATION_SCHEMA
    queries: ``has_table('has"quote')`` (run by ``create_all``) sent broken SQL. Our
    reflection methods refuse names that are not valid Spanner names first.
+10. A URL whose path is not ``projects/P/instances/I[/databases/D]`` crashed deep in
+    ``create_engine`` (``'NoneType' object has no attribute 'group'``), and
+    ``.../databases/`` was read as instance ``I/databases/``: such URLs are refused with
+    an ``ArgumentError`` saying what a Spanner URL looks like.
 """
 
 from __future__ import annotations
@@ -57,7 +61,7 @@ from typing import Any
 from google.api_core import exceptions as _api
 from google.cloud.spanner_dbapi import exceptions as _dbapi
 from google.cloud.sqlalchemy_spanner import sqlalchemy_spanner as _stock
-from sqlalchemy import Index, LargeBinary, Table
+from sqlalchemy import Index, LargeBinary, Table, exc
 from sqlalchemy.engine import Dialect
 from sqlalchemy.sql.compiler import DDLCompiler
 
@@ -66,6 +70,10 @@ from sharded_orm.schema.keys import is_descending
 from sharded_orm.spanner import SPANNER_DIALECT_NAMES
 
 _HINT_NAMES = ("*", *SPANNER_DIALECT_NAMES)
+
+_URL_PATH = re.compile(
+    r"projects/[A-Za-z0-9._:-]+/instances/[A-Za-z0-9_-]+(/databases/[A-Za-z0-9_-]+)?"
+)
 
 #: Spanner's limit on query parameters per statement.
 MAX_PARAMETERS = 950
@@ -259,6 +267,14 @@ class SpannerDialect(_stock.SpannerDialect):  # type: ignore[misc]
     get_multi_indexes = _reflects("get_multi_indexes")
     get_multi_pk_constraint = _reflects("get_multi_pk_constraint")
     get_multi_foreign_keys = _reflects("get_multi_foreign_keys")
+
+    def create_connect_args(self, url: Any) -> Any:
+        if not isinstance(url.database, str) or not _URL_PATH.fullmatch(url.database):
+            raise exc.ArgumentError(
+                f"not a Spanner URL: {url.render_as_string(hide_password=True)!r}; give "
+                "spanner+spanner:///projects/<project>/instances/<instance>/databases/<database>"
+            )
+        return super().create_connect_args(url)
 
     @classmethod
     def import_dbapi(cls) -> Any:
