@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import base64
 import os
+import signal
 import socket
 import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -354,3 +356,69 @@ def test_mock_server_unregistered_sql_fails_showing_the_sql(mock_spanner: Any) -
         with engine.connect() as conn:
             conn.execute(sa.text("SELECT nothing")).all()
     engine.dispose()
+
+
+HOLDS_AN_EMULATOR = """
+import os, time
+
+def test_hold(spanner_emulator):
+    path = os.environ["EMULATOR_PID_FILE"]
+    with open(path + ".tmp", "w") as f:
+        f.write(str(spanner_emulator.pid))
+    os.replace(path + ".tmp", path)
+    time.sleep(120)
+"""
+
+
+def _alive(pid: int) -> bool:
+    """Running (a zombie waiting for its reaper counts as dead)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
+    return state != "Z"
+
+
+@pytest.mark.emulator
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_the_emulator_dies_when_pytest_is_killed(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """SIGKILL to pytest (a CI timeout) runs no cleanup: the emulator must go anyway."""
+    try:
+        emu.find_binary()
+    except emu.EmulatorNotFound as exc:
+        why = emulator_required(request.config)
+        if why:
+            pytest.fail(f"the Spanner emulator is required here ({why}): {exc}")
+        pytest.skip(str(exc))
+    (tmp_path / "test_hold.py").write_text(HOLDS_AN_EMULATOR)
+    pid_file = tmp_path / "emulator.pid"
+    env = {k: v for k, v in os.environ.items() if k != emu.HOST_ENV}  # it starts its own
+    env["EMULATOR_PID_FILE"] = str(pid_file)
+    child = subprocess.Popen(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_hold.py"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    emulator_pid = 0
+    try:
+        deadline = time.monotonic() + 60
+        while not pid_file.exists() and time.monotonic() < deadline and child.poll() is None:
+            time.sleep(0.05)
+        emulator_pid = int(pid_file.read_text())
+        assert _alive(emulator_pid)
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait(10)
+        deadline = time.monotonic() + 10
+        while _alive(emulator_pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive(emulator_pid), "the emulator outlived the pytest that started it"
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait(10)
+        if emulator_pid and _alive(emulator_pid):
+            os.kill(emulator_pid, signal.SIGKILL)

@@ -12,12 +12,14 @@ import atexit
 import contextlib
 import os
 import shutil
+import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -241,6 +243,39 @@ class Emulator:
         atexit.unregister(self.stop)
 
 
+def _die_with_parent() -> Callable[[], None] | None:
+    """On Linux, a ``preexec_fn`` that makes the child get SIGKILL when we die.
+
+    Why: pytest killed by SIGKILL (a CI timeout, Ctrl-C twice) runs no cleanup, and an
+    emulator started in its own session (so Ctrl-C reaches only pytest) would keep
+    running. ``prctl(PR_SET_PDEATHSIG)`` is tied to the thread that starts the child:
+    start emulators from a thread that lives as long as they should (pytest's main
+    thread does). Elsewhere None: ``atexit`` and the fixture's ``stop()`` remain.
+    """
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+    import ctypes.util
+
+    try:  # loaded here, before the fork: the child only calls it
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        prctl = libc.prctl
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def set_parent_death_signal() -> None:
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:  # the parent died before prctl: go now
+            os._exit(1)
+
+    return set_parent_death_signal
+
+
+#: linux/prctl.h
+PR_SET_PDEATHSIG = 1
+
+
 def _launch(binary: str) -> Emulator:
     port = _free_port()
     fd, log_name = tempfile.mkstemp(prefix="spanner-emulator-", suffix=".log")
@@ -253,6 +288,7 @@ def _launch(binary: str) -> Emulator:
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,  # Ctrl-C reaches pytest, which then stops it by PID
+            preexec_fn=_die_with_parent(),  # and if pytest is killed, it dies too
         )
     try:
         _wait_for_port(binary, "127.0.0.1", port, proc, log)
