@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import itertools
 
 import sqlalchemy as sa
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from sharded_orm import shard_column
 from sharded_orm.tools.lint import SEQUENCE_KIND_KEY, index_warnings, lint
 
 _counter = itertools.count(1)
@@ -56,3 +59,29 @@ def test_index_warnings_on_any_table() -> None:
     )
     ix = sa.Index("ChildByCreated", t.c.Created)
     assert [f.rule for f in index_warnings(ix)] == ["SO102"]
+
+
+def test_monotonic_part_behind_a_part_that_never_varies_is_leading() -> None:
+    class Base(DeclarativeBase):
+        pass
+
+    class Log(Base):
+        __tablename__ = "Logs"
+        ts: Mapped[dt.datetime] = mapped_column("Timestamp", sa.DateTime)
+        shard: Mapped[int] = shard_column("ts", count=1, name="ShardId")
+        log_id: Mapped[str] = mapped_column("LogId", sa.String(36))
+        __table_args__ = (sa.PrimaryKeyConstraint("ShardId", "Timestamp", "LogId"),)
+
+    class Versioned(Base):
+        __tablename__ = "Versioned"
+        version: Mapped[int] = mapped_column(
+            "Version", primary_key=True, autoincrement=False, info={"sharded_orm.constant": True}
+        )
+        user_id: Mapped[str] = mapped_column("UserId", sa.String(36), primary_key=True)
+        ts: Mapped[dt.datetime] = mapped_column("Timestamp", sa.DateTime, primary_key=True)
+
+    found = {(f.rule, f.table, f.target) for f in lint(Base)}
+    assert ("SO101", "Logs", "column Timestamp") in found
+    assert ("SO106", "Logs", "column ShardId") in found
+    # (constant, UserId, Timestamp): UserId leads in effect, so no false positive
+    assert not any(r == "SO101" and t == "Versioned" for r, t, _ in found)

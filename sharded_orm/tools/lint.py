@@ -164,12 +164,26 @@ def index_parts(index: Index) -> list[tuple[Column[Any], bool]]:
     return parts
 
 
+def _constant(col: Column[Any]) -> bool:
+    """A key part that does not spread rows: a shard column with count=1, or a column
+    marked ``info["sharded_orm.constant"]`` (one value for every row, e.g. a schema version)."""
+    spec = col.info.get(INFO_KEY) if col.info else None
+    if spec is not None and spec.count == 1:
+        return True
+    return bool(col.info.get("sharded_orm.constant"))
+
+
+def leading_part(columns: list[Column[Any]]) -> Column[Any] | None:
+    """The first key part that can tell rows apart: parts before it never vary."""
+    return next((c for c in columns if not _constant(c)), None)
+
+
 def _first_column(index: Index) -> Column[Any] | None:
     try:
         parts = index_parts(index)
     except ShardConfigError:
         return None
-    return parts[0][0] if parts else None
+    return leading_part([c for c, _ in parts])
 
 
 def _hashed_tables(tables: Iterable[Table]) -> set[Table]:
@@ -190,14 +204,23 @@ def lint_table(table: Table, hashed: set[Table] | None = None) -> list[Finding]:
             findings.append(Finding(rule, severity, table.name, target, message))
 
     pk = list(table.primary_key.columns)
-    if pk:
-        reason = monotonic_reason(pk[0])
+    lead = leading_part(pk)
+    if lead is not None:
+        reason = monotonic_reason(lead)
         if reason:
+            after = pk[: pk.index(lead)]
+            starts = (
+                f"starts with {lead.name}"
+                if not after
+                else f"starts with {lead.name} behind {', '.join(c.name for c in after)}, "
+                "which never vary (a shard column with count=1, or marked "
+                "info['sharded_orm.constant']),"
+            )
             add(
                 "SO101",
                 "error",
-                f"column {pk[0].name}",
-                f"the primary key starts with {pk[0].name}, and {reason}: every insert goes to "
+                f"column {lead.name}",
+                f"the primary key {starts} and {reason}: every insert goes to "
                 f"the last split ({SEED}: don't start a key with a monotonic value). Lead the "
                 "key with a shard_column(...) over it, a UUID v4, or a bit-reversed id.",
             )
@@ -217,7 +240,7 @@ def lint_table(table: Table, hashed: set[Table] | None = None) -> list[Finding]:
                 )
     for pos, col in enumerate(pk[1:], start=1):
         reason = counter_reason(col) if isinstance(_base_type(col), sqltypes.Integer) else None
-        if reason and not is_shard_column(pk[0]):
+        if reason and col is not lead and not (lead is not None and is_shard_column(lead)):
             add(
                 "SO108",
                 "warning",
