@@ -258,3 +258,18 @@ def test_reflection_refuses_names_it_would_paste_into_sql(
     with pytest.raises(ShardConfigError, match="not a valid Spanner name"):
         inspector.get_columns(name)
     assert inspector.has_table("victim")
+
+
+@pytest.mark.parametrize("name", ["a`b", "a; DROP TABLE victim", "ünï"])
+def test_shard_sql_refuses_names_it_would_paste(name: str) -> None:
+    from sharded_orm.spanner.expressions import shard_sql
+
+    with pytest.raises(ShardConfigError, match="not a valid Spanner name"):
+        shard_sql([sa.Column(name, sa.String)], 8)
+
+
+def test_shard_sql_checks_its_count() -> None:
+    from sharded_orm.spanner.expressions import shard_sql
+
+    with pytest.raises(ShardConfigError, match="shard count"):
+        shard_sql([sa.Column("a", sa.String)], "8); DROP TABLE victim; --")  # type: ignore[arg-type]

@@ -16,7 +16,9 @@ from sqlalchemy import types as sqltypes
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.schema import Column
 
-from sharded_orm.errors import ShardTypeError
+from sharded_orm.checks import check_spanner_name
+from sharded_orm.errors import ShardConfigError, ShardTypeError
+from sharded_orm.hashing import validate_count
 from sharded_orm.schema.columns import ShardComputed, get_shard_column
 
 #: ``FORMAT_TIMESTAMP`` pattern matching ``hashing._text_datetime``: 4-digit year,
@@ -59,10 +61,22 @@ def canonical_string_sql(parts: Sequence[str]) -> str:
     return f"CONCAT({', '.join(pieces)})"
 
 
+def backtick(name: str) -> str:
+    """A column name in backticks, checked first: it is pasted into SQL text."""
+    return f"`{check_spanner_name(name, 'column name')}`"
+
+
 def shard_sql(
-    sources: Sequence[Column[Any]], count: int, quote: Callable[[str], str] = lambda s: f"`{s}`"
+    sources: Sequence[Column[Any]], count: int, quote: Callable[[str], str] = backtick
 ) -> str:
-    """``MOD(MOD(FARM_FINGERPRINT(<canonical>), N) + N, N)`` for the given source columns."""
+    """``MOD(MOD(FARM_FINGERPRINT(<canonical>), N) + N, N)`` for the given source columns.
+
+    ``quote`` quotes a column name (a dialect's ``identifier_preparer.quote``, or the
+    checking default); ``count`` is checked, as it is written into the SQL as a number.
+    """
+    count = validate_count(count)
+    if not sources:
+        raise ShardConfigError("a shard expression needs at least one source column")
     canon = canonical_string_sql([text_sql(quote(c.name), c.type) for c in sources])
     return f"MOD(MOD(FARM_FINGERPRINT({canon}), {count}) + {count}, {count})"
 
