@@ -404,3 +404,11 @@ def test_emulator_says_it_has_no_statistics(spanner_engine: Any) -> None:
     with pytest.raises(StatisticsUnavailableError, match="emulator has no hot-split") as exc:
         doctor(spanner_engine, MODELS)
     assert "sharded-orm simulate" in str(exc.value)
+
+
+def test_cli_reads_a_spanner_url(mock_spanner: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    _register(mock_spanner, mock_spanner.engine(), SCENARIOS["timestamp_key"])
+    code = main(["doctor", mock_spanner.url, "tests.test_doctor:MODELS", "--since", "36500d"])
+    out = capsys.readouterr().out
+    assert code == 1
+    assert "Logs" in out and "monotonic" in out and "SO101" in out

@@ -11,8 +11,8 @@ Silence a rule for one table with ``__table_args__ = {"info": {LINT_IGNORE: ["SO
 ==========  ========  =====================================================================
 rule        severity  finding
 ==========  ========  =====================================================================
-SO101       error     the primary key starts with a monotonic value (TIMESTAMP/DATE, a
-                      non-bit-reversed sequence, a time-ordered UUID v1/v6/v7)
+SO101       error     the primary key's leading part (the first that varies) is monotonic
+                      (TIMESTAMP/DATE, a non-bit-reversed sequence, a UUID v1/v6/v7)
 SO102       error     a non-interleaved index starts with a monotonic column
 SO103       error     an index holds a shard column, but not first
 SO104       advice    a timestamp key part is ascending (newest-first reads want DESC)
