@@ -639,7 +639,7 @@ def _cursor_for_other_query() -> object:
 # ----------------------------------------------------------------------------- the tests
 
 
-def case_id(case: Case) -> str:
+def case_id(case: Any) -> str:
     return f"{case.call}: {case.input}"
 
 
@@ -657,6 +657,105 @@ def test_bad_input(case: Case) -> None:
     assert case.fragment in str(caught.value), f"{caught.value!r} lacks {case.fragment!r}"
     if isinstance(caught.value, CliExit):
         assert caught.value.code == 2
+
+
+# ----------------------------------------------------------------------------- on the emulator
+
+
+@dataclass(frozen=True)
+class EmulatorCase:
+    call: str
+    kind: str
+    input: str
+    run: Callable[[sa.Engine], object]
+    error: type[BaseException]
+    fragment: str
+
+
+def _emu_page(eng: sa.Engine) -> object:
+    with eng.connect() as c:
+        return so.page(c, events_stmt(), 2)
+
+
+E = EmulatorCase
+EMULATOR_CASES: list[EmulatorCase] = [
+    E("bulk_load", "missing table", "a table not created", lambda eng: so.bulk_load(eng, LogEntry, [log_row()], progress=False), ShardingError, "LogEntries"),
+    E("page", "missing table", "a table not created", _emu_page, sa.exc.DBAPIError, "Events"),
+    E("verify", "missing table", "a table not created", lambda eng: so.verify(eng, LogEntry), sa.exc.DBAPIError, "LogEntries"),
+    E("SpannerSequence", "missing table", "a sequence not created", lambda eng: so.SpannerSequence(eng, "NoSuchSeq", deadline=10).next_id(), ShardingError, "NoSuchSeq"),
+    E("TableSequence", "missing table", "a Sequences table not created", lambda eng: so.TableSequence(eng, "s", deadline=10).next_id(), ShardingError, "Sequences"),
+    E("backfill_shard", "missing table", "a table not created", lambda eng: alembic_ext.backfill_shard(eng, "LogEntries", "EntryShardId", sources=["CompanyId", "Timestamp"], count=10, progress=False), ShardingError, "LogEntries"),
+    E("create_all", "identifier", "index name with a backtick", lambda eng: _create_with_index(eng, "ix` ON t (ts); DROP TABLE x; CREATE INDEX `z"), ShardConfigError, "not a valid Spanner name"),
+    E("create_all", "identifier", "table name with a quote", lambda eng: _create_table(eng, 't"; DROP TABLE x; --'), ShardConfigError, "not a valid Spanner name"),
+    E("create_all", "identifier", "column name with unicode", lambda eng: _create_table(eng, "t", column="naïve"), ShardConfigError, "not a valid Spanner name"),
+    E("create_all", "identifier", "interleave parent with a space", lambda eng: _create_table(eng, "t", parent="My Parent"), ShardConfigError, "not a valid Spanner name"),
+    E("has_table", "identifier", "table name 'x\' OR 1=1'", lambda eng: sa.inspect(eng).has_table("x' OR 1=1"), ShardConfigError, "not a valid Spanner name"),
+    E("insert().values", "huge collection", "200 rows x 5 columns", lambda eng: _multi_values(eng, 200), sa.exc.ProgrammingError, "at most 950"),
+    E("in_", "huge collection", "an IN list of 1,000 values", lambda eng: _long_in(eng, 1000), sa.exc.ProgrammingError, "at most 950"),
+]  # fmt: skip
+
+
+def _create_table(eng: sa.Engine, name: str, column: str = "c", parent: str | None = None) -> None:
+    md = sa.MetaData()
+    extra = {"spanner_interleave_in": parent} if parent else {}
+    sa.Table(
+        name,
+        md,
+        sa.Column("id", sa.BigInteger, primary_key=True, autoincrement=False),
+        sa.Column(column, sa.BigInteger),
+        **extra,
+    )
+    md.create_all(eng)
+
+
+def _create_with_index(eng: sa.Engine, index_name: str) -> None:
+    md = sa.MetaData()
+    t = sa.Table(
+        "t",
+        md,
+        sa.Column("id", sa.BigInteger, primary_key=True, autoincrement=False),
+        sa.Column("ts", sa.BigInteger),
+    )
+    sa.Index(index_name, t.c.ts)
+    md.create_all(eng)
+
+
+def _wide(eng: sa.Engine) -> sa.Table:
+    md = sa.MetaData()
+    t = sa.Table(
+        "wide",
+        md,
+        sa.Column("id", sa.BigInteger, primary_key=True, autoincrement=False),
+        *[sa.Column(f"c{i}", sa.BigInteger) for i in range(4)],
+    )
+    md.create_all(eng)
+    return t
+
+
+def _multi_values(eng: sa.Engine, n: int) -> None:
+    t = _wide(eng)
+    with eng.begin() as c:
+        c.execute(
+            t.insert().values([{"id": i, "c0": i, "c1": i, "c2": i, "c3": i} for i in range(n)])
+        )
+
+
+def _long_in(eng: sa.Engine, n: int) -> None:
+    t = _wide(eng)
+    with eng.connect() as c:
+        c.execute(sa.select(t.c.id).where(t.c.c0.in_(range(n)))).all()
+
+
+@pytest.mark.emulator
+@pytest.mark.parametrize("case", EMULATOR_CASES, ids=case_id)
+def test_bad_input_on_the_emulator(case: EmulatorCase, spanner_engine: sa.Engine) -> None:
+    md = sa.MetaData()
+    sa.Table("x", md, sa.Column("id", sa.BigInteger, primary_key=True, autoincrement=False))
+    md.create_all(spanner_engine)  # a bystander: no bad input may touch it
+    with pytest.raises(case.error) as caught:
+        case.run(spanner_engine)
+    assert case.fragment in str(caught.value), f"{caught.value!r} lacks {case.fragment!r}"
+    assert "x" in sa.inspect(spanner_engine).get_table_names()
 
 
 #: Public names that are records returned to the caller, not called with input.
@@ -689,14 +788,14 @@ def test_catalogue_covers_every_public_name() -> None:
 
 
 def test_catalogue_has_at_least_150_distinct_inputs() -> None:
-    keys = [(c.call, c.input) for c in CASES]
+    keys = [(c.call, c.input) for c in CASES] + [(c.call, c.input) for c in EMULATOR_CASES]
     assert len(set(keys)) == len(keys), [k for k, n in Counter(keys).items() if n > 1]
     assert len(keys) >= 150
 
 
 def count_by_kind() -> dict[str, int]:
-    return dict(sorted(Counter(c.kind for c in CASES).items()))
+    return dict(sorted(Counter(c.kind for c in [*CASES, *EMULATOR_CASES]).items()))
 
 
 if __name__ == "__main__":  # python -m tests.test_bad_inputs: the counts for the report
-    print(len(CASES), count_by_kind())
+    print(len(CASES), "offline +", len(EMULATOR_CASES), "on the emulator:", count_by_kind())
