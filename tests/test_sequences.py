@@ -24,7 +24,10 @@ from sharded_orm.ids.mixins import INT64_MAX
 from sharded_orm.ids.sequences import MAX_BLOCK_SIZE
 from sharded_orm.retry import RetryError
 
-SEQ_SQL = "SELECT GET_NEXT_SEQUENCE_VALUE(SEQUENCE `s`) FROM UNNEST(GENERATE_ARRAY(1, @n))"
+SEQ_SQL = (
+    "SELECT GET_NEXT_SEQUENCE_VALUE(SEQUENCE `s`) FROM UNNEST(GENERATE_ARRAY(1, LEAST(@n, "
+    "9223372036854775807 - COALESCE(GET_INTERNAL_SEQUENCE_STATE(SEQUENCE `s`), 0))))"
+)
 
 
 def draw_concurrently(gens: list[Any], threads: int, per_thread: int) -> list[int]:
@@ -429,16 +432,25 @@ def test_skip_range_is_honoured_exactly(spanner_emulator: Any) -> None:
 
 @pytest.mark.emulator
 def test_native_sequence_exhaustion(spanner_emulator: Any) -> None:
+    """A block near the end is cut to the counters left: none is burnt by a failed block,
+    every counter is handed out, then a clear error whose advice works."""
     db = spanner_emulator.create_database(
-        [SpannerSequence.create_ddl("s", start_counter=INT64_MAX - 2)]
+        [SpannerSequence.create_ddl("s", start_counter=INT64_MAX - 6)]
     )
     engine = spanner_emulator.engine(db)
     try:
-        seq = SpannerSequence(engine, "s", block_size=1)
-        last = [seq.next_id() for _ in range(2)]
-        assert sorted(bit_reverse(v) for v in last) == [INT64_MAX - 2, INT64_MAX - 1]
-        with pytest.raises(SequenceExhausted, match="'s' is exhausted"):
-            seq.next_id()
+        first = SpannerSequence(engine, "s", block_size=2)
+        got = [first.next_id() for _ in range(2)]
+        seq = SpannerSequence(engine, "s", block_size=10)
+        got += [seq.next_id() for _ in range(4)]  # a block of 10 with 4 counters left
+        assert sorted(bit_reverse(v) for v in got) == list(range(INT64_MAX - 6, INT64_MAX))
+        for _ in range(2):
+            with pytest.raises(SequenceExhausted, match="'s' is exhausted.*create_ddl"):
+                seq.next_id()
         assert seq.retries == 0
+        advice = SpannerSequence.create_ddl("s_2")
+        with engine.begin() as conn:
+            conn.exec_driver_sql(advice)
+        assert SpannerSequence(engine, "s_2").next_id() > 0
     finally:
         engine.dispose()

@@ -172,9 +172,13 @@ class SpannerSequence(_Pooled):
                 "use TableSequence, which works on any database"
             )
         self.name = check_identifier(name, "sequence name")
+        # Spanner's counters are not transactional: a block that runs past the end fails
+        # and still uses up the counters it drew. So the block is cut to the counters
+        # left (the internal state is the next counter; NULL before the first draw).
+        seq = f"SEQUENCE `{self.name}`"
         self._sql = (
-            f"SELECT GET_NEXT_SEQUENCE_VALUE(SEQUENCE `{self.name}`) "
-            "FROM UNNEST(GENERATE_ARRAY(1, @n))"
+            f"SELECT GET_NEXT_SEQUENCE_VALUE({seq}) FROM UNNEST(GENERATE_ARRAY(1, LEAST(@n, "
+            f"{INT64_MAX} - COALESCE(GET_INTERNAL_SEQUENCE_STATE({seq}), 0))))"
         )
 
     def __repr__(self) -> str:
@@ -216,12 +220,18 @@ class SpannerSequence(_Pooled):
             if "is exhausted" in str(exc).lower():
                 raise SequenceExhausted(
                     f"sequence {self.name!r} is exhausted: Spanner has no counter left for "
-                    f"a block of {self.block_size} (its counters are INT64s; a block that "
-                    "failed near the end may have used up the last ones). Create a new "
+                    f"a block of {self.block_size} (its counters are INT64s; the first block "
+                    "of a sequence started near the end can use up the last ones). Create a new "
                     f"sequence, e.g. SpannerSequence.create_ddl({self.name + '_2'!r}), and "
                     "switch to it."
                 ) from exc
             raise
+        if not rows:
+            raise SequenceExhausted(
+                f"sequence {self.name!r} is exhausted: Spanner handed out its last counter "
+                "(its counters are INT64s). Create a new sequence, e.g. "
+                f"SpannerSequence.create_ddl({self.name + '_2'!r}), and switch to it."
+            )
         return [int(v) for (v,) in rows]
 
 
