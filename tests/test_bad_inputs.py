@@ -38,6 +38,21 @@ UTC = dt.timezone.utc
 NAIVE = dt.datetime(2024, 1, 1, 12, 0)
 AWARE = dt.datetime(2024, 1, 1, 12, 0, tzinfo=UTC)
 PLUS2 = dt.timezone(dt.timedelta(hours=2))
+EARLY = dt.datetime(1, 1, 1, tzinfo=PLUS2)  # 0000-12-31T22:00Z: before year 1 in UTC
+LATE = dt.datetime(9999, 12, 31, 23, tzinfo=dt.timezone(dt.timedelta(hours=-2)))
+
+
+class _NoOffset(dt.tzinfo):
+    """A tzinfo that knows no offset: the datetime is aware by type, naive in fact."""
+
+    def utcoffset(self, d: dt.datetime | None) -> None:
+        return None
+
+    def dst(self, d: dt.datetime | None) -> None:
+        return None
+
+
+NO_OFFSET = dt.datetime(2024, 1, 1, tzinfo=_NoOffset())
 NAN = float("nan")
 INF = float("inf")
 INT64_MAX = 2**63 - 1
@@ -287,7 +302,17 @@ CASES: list[Case] = [
     C("compute_shard", "NaN/inf", "count=nan", lambda: so.compute_shard("a", NAN), ShardConfigError, "shard count"),  # type: ignore[arg-type]
     C("compute_shard", "bad option", "algorithm='md5'", lambda: so.compute_shard("a", 8, "md5"), ShardConfigError, "unknown shard algorithm"),
     C("compute_shard", "None", "algorithm=None", lambda: so.compute_shard("a", 8, None), ShardConfigError, "unknown shard algorithm"),  # type: ignore[arg-type]
-        # canonical_text / canonical_string
+        # non-UTC datetimes: an offset that pushes the instant out of range, a tzinfo with no offset
+    C("compute_shard", "non-UTC datetime", "0001-01-01T00:00+02:00", lambda: so.compute_shard(EARLY, 8), ShardValueError, "out of range"),
+    C("compute_shard", "non-UTC datetime", "9999-12-31T23:00-02:00", lambda: so.compute_shard(LATE, 8), ShardValueError, "out of range"),
+    C("compute_shard", "non-UTC datetime", "a tzinfo whose utcoffset() is None", lambda: so.compute_shard(NO_OFFSET, 8), ShardValueError, "naive"),
+    C("canonical_text", "non-UTC datetime", "0001-01-01T00:00+02:00", lambda: so.canonical_text(EARLY), ShardValueError, "out of range"),
+    C("UTCDateTime", "non-UTC datetime", "bind 0001-01-01T00:00+02:00", lambda: so.UTCDateTime().process_bind_param(EARLY, _sqlite()), ShardValueError, "out of range"),
+    C("UTCDateTime", "non-UTC datetime", "bind a tzinfo whose utcoffset() is None", lambda: so.UTCDateTime().process_bind_param(NO_OFFSET, _sqlite()), ShardValueError, "naive"),
+    C("Workload", "non-UTC datetime", "start with a tzinfo whose utcoffset() is None", workload(start=NO_OFFSET), ShardTypeError, "timezone-aware"),
+    C("bulk_load", "non-UTC datetime", "a row with Timestamp 0001-01-01T00:00+02:00", load(rows=[log_row(Timestamp=EARLY)]), ShardingError, "out of range"),
+    C("TimestampShardedMixin", "non-UTC datetime", "timestamp 9999-12-31T23:00-02:00 on flush", lambda: _flush_event(timestamp=LATE), ShardValueError, "out of range"),
+    # canonical_text / canonical_string
     C("canonical_text", "None", "None", lambda: so.canonical_text(None), ShardValueError, "None"),
     C("canonical_text", "wrong type", "1.0", lambda: so.canonical_text(1.0), ShardTypeError, "float"),
     C("canonical_text", "naive datetime", "naive datetime", lambda: so.canonical_text(NAIVE), ShardValueError, "naive"),

@@ -40,9 +40,13 @@ class UTCDateTime(TypeDecorator[_dt.datetime]):
                 f"naive datetime {value!r} given to a UTCDateTime column: "
                 "attach a timezone, e.g. datetime.now(timezone.utc)"
             )
-        if dialect.name == "sqlite":
-            return value.astimezone(_UTC).replace(tzinfo=None)
-        return value
+        try:
+            utc = value.astimezone(_UTC)
+        except OverflowError:
+            raise ShardValueError(
+                f"{value!r} is out of range: in UTC it falls outside 0001-01-01 .. 9999-12-31"
+            ) from None
+        return utc.replace(tzinfo=None) if dialect.name == "sqlite" else value
 
     def process_result_value(self, value: Any, dialect: Dialect) -> Any:
         if isinstance(value, _dt.datetime) and value.tzinfo is None:
