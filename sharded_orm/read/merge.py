@@ -113,28 +113,40 @@ class MergeQuery:
         check_nulls(self.dialect, self.columns)
         selected = [plain(c) for c in stmt.selected_columns]
         self.n_user = len(selected)
-        extras: list[Any] = []
-
-        def position(col: Any) -> int:
-            for i, c in enumerate(selected):
-                if c is col:
-                    return i
-            extras.append(col.label(f"so_k{len(extras)}"))
-            return self.n_user + len(extras) - 1
-
-        self.key_pos = [position(c) for c, _ in self.columns]
-        if stmt._distinct and extras:
-            names = ", ".join(e.element.name for e in extras)
+        missing = [c.name for c, _ in self.columns if not any(c is x for x in selected)]
+        if stmt._distinct and missing:
             raise ShardConfigError(
                 f"merged()/page() of a DISTINCT statement need the order's columns in the "
-                f"select list (missing: {names}): adding them would change what DISTINCT "
-                "removes. Select them, or drop DISTINCT."
+                f"select list (missing: {', '.join(missing)}): adding them would change what "
+                "DISTINCT removes. Select them, or drop DISTINCT."
             )
-        self.shard_pos = position(self.plan.shard.column)
+        # The order's values are read from the row: from the select list where it holds
+        # them, else from labels of ours. Spanner resolves a name in ORDER BY against the
+        # select list first, case-insensitively (`Owner`.name finds an output `owner`):
+        # when a table of the order has such a name, every branch orders by our labels.
+        names = {str(getattr(c, "name", "")).lower() for c in stmt.selected_columns}
+        clash = any(str(c.table.name).lower() in names for c, _ in self.columns)
+        extras: list[Any] = []
+        self.key_pos, self.order = [], []
+        for col, desc in self.columns:
+            pos = [i for i, x in enumerate(selected) if x is col]
+            if pos and not clash:
+                self.key_pos.append(pos[0])
+                term = col
+            else:
+                term = col.label(f"so_k{len(extras)}")
+                extras.append(term)
+                self.key_pos.append(self.n_user + len(extras) - 1)
+            self.order.append(term.desc() if desc else term)
+        shard = [i for i, c in enumerate(selected) if c is self.plan.shard.column]
+        if shard:
+            self.shard_pos = shard[0]
+        else:
+            extras.append(self.plan.shard.column.label("so_s"))
+            self.shard_pos = self.n_user + len(extras) - 1
         self.base = stmt.limit(None).offset(None).order_by(None)
         if extras:
             self.base = self.base.add_columns(*extras)
-        self.order = [c.desc() if d else c for c, d in self.columns]
         self.targets: list[Any] | None = None  # ORM entities to load (Session only)
         if isinstance(conn, Session):
             desc = stmt.column_descriptions

@@ -24,7 +24,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Boolean, Index, Select, Table, and_, event, inspect, select
+from sqlalchemy import (
+    Boolean,
+    Index,
+    Select,
+    Table,
+    TypeDecorator,
+    Uuid,
+    and_,
+    event,
+    inspect,
+    select,
+)
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql import operators
@@ -153,6 +164,12 @@ def _compile_predicate(element: ShardPredicate, compiler: Any, **kw: Any) -> str
     return str(compiler.process(expr, **kw))
 
 
+def _base(type_: Any) -> Any:
+    while isinstance(type_, TypeDecorator):
+        type_ = type_.impl_instance
+    return type_
+
+
 def _split_criteria(criteria: tuple[Any, ...]) -> tuple[list[Any], ShardPredicate | None]:
     rest = [c for c in criteria if not isinstance(c, ShardPredicate)]
     preds = [c for c in criteria if isinstance(c, ShardPredicate)]
@@ -179,6 +196,10 @@ def point_of(plan: ShardPlan, criteria: Any, params: dict[str, Any] | None = Non
     for src in plan.shard.sources:
         bind = eqs.get(src)
         if bind is None or has_case_insensitive_collation(src):
+            return None
+        if plan.shard.server_side and isinstance(_base(src.type), Uuid):
+            # the server hashes the text the driver sent (case kept, dashes dropped), which
+            # the client cannot know from the value it reads back: read every shard
             return None
         if params is None and not getattr(bind, "unique", True):
             return None  # a named bindparam: its value may come at execution
