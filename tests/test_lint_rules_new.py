@@ -85,3 +85,12 @@ def test_monotonic_part_behind_a_part_that_never_varies_is_leading() -> None:
     assert ("SO106", "Logs", "column ShardId") in found
     # (constant, UserId, Timestamp): UserId leads in effect, so no false positive
     assert not any(r == "SO101" and t == "Versioned" for r, t, _ in found)
+
+
+def test_index_warnings_takes_an_index() -> None:
+    import pytest
+
+    from sharded_orm import ShardTypeError
+
+    with pytest.raises(ShardTypeError, match="takes a sqlalchemy Index, got None"):
+        index_warnings(None)  # type: ignore[arg-type]

@@ -43,7 +43,7 @@ from sqlalchemy import types as sqltypes
 from sqlalchemy.sql import operators
 from sqlalchemy.sql.elements import UnaryExpression, _textual_label_reference
 
-from sharded_orm.errors import ShardConfigError
+from sharded_orm.errors import ShardConfigError, ShardTypeError
 from sharded_orm.schema.columns import INFO_KEY, is_shard_column
 from sharded_orm.schema.keys import is_descending
 
@@ -349,6 +349,8 @@ def lint_table(table: Table, hashed: set[Table] | None = None) -> list[Finding]:
 def index_warnings(index: Index) -> list[Finding]:
     """The findings of :func:`lint_table` about one index (Alembic writes them above
     ``op.create_index``)."""
+    if not isinstance(index, Index):
+        raise ShardTypeError(f"index_warnings takes a sqlalchemy Index, got {index!r}")
     table = index.table
     if not isinstance(table, Table):
         return []
