@@ -98,6 +98,11 @@ class MergeQuery:
 
     def __init__(self, conn: Any, stmt: Any) -> None:
         self.plan = require_plan(stmt, "merged")
+        if not isinstance(conn, (Connection, Session)):
+            raise ShardTypeError(
+                f"merged()/page() read through a Connection or Session (or their async "
+                f"forms, awaited), got {conn!r}"
+            )
         for what, present in (
             ("GROUP BY", bool(stmt._group_by_clauses)),
             ("HAVING", bool(stmt._having_criteria)),

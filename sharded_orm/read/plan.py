@@ -44,7 +44,7 @@ from sqlalchemy.sql.visitors import InternalTraversal
 from typing_extensions import Self
 
 from sharded_orm.checks import check_identifier
-from sharded_orm.errors import ShardConfigError, ShardingError, ShardTypeError
+from sharded_orm.errors import ShardConfigError, ShardingError, ShardTypeError, ShardValueError
 from sharded_orm.schema.coerce import has_case_insensitive_collation, stored_value
 from sharded_orm.schema.columns import ShardColumn, get_shard_column, is_shard_column, table_of
 
@@ -302,8 +302,15 @@ def expand(
     compatibility (the hint renders for Spanner only, whatever it is).
     """
     if not isinstance(stmt, ShardedSelect):
-        return stmt
+        raise (ShardTypeError if stmt is None else ShardConfigError)(
+            f"expand() takes a statement made by sharded_select(...), got {stmt!r}"
+        )
     if shard is not None:
+        count = stmt._sharded_plan.shard.count
+        if not isinstance(shard, int) or isinstance(shard, bool):
+            raise ShardTypeError(f"shard must be an int in [0, {count}), got {shard!r}")
+        if not 0 <= shard < count:
+            raise ShardValueError(f"shard must be in [0, {count}), got {shard}")
         return stmt.for_shard(shard)
     if params:
         return stmt._generate()._refresh(params)
