@@ -90,6 +90,8 @@ _UNKNOWN_NAMES = frozenset(
         "DEADLINE_EXCEEDED",
         "ServiceUnavailable",
         "UNAVAILABLE",
+        "Cancelled",  # not by us: the server (or a proxy) dropped the call mid-way
+        "CANCELLED",
         "RetryError",  # api_core gave up its own retries (of UNAVAILABLE, mostly)
         "ConnectionError",
         "ConnectionResetError",

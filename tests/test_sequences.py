@@ -311,15 +311,16 @@ def requests_named(mock: Any, name: str) -> list[Any]:
 
 
 def test_one_transaction_per_block_on_the_mock(mock_spanner: Any) -> None:
-    """Begin, one query, commit: the block's own transaction, sent by us (no DB-API)."""
+    """One query (beginning the transaction), one commit: the block's own transaction,
+    sent by us with the client's retries off (no DB-API)."""
     engine = mock_spanner.engine()
     mock_spanner.add_result(SEQ_SQL, [("v", "INT64")], [[v] for v in (5, 6, 7)])
     seq = SpannerSequence(engine, "s", block_size=3)
     assert [seq.next_id() for _ in range(9)] == [5, 6, 7] * 3  # the mock repeats itself
     queries = requests_named(mock_spanner, "ExecuteSqlRequest")
     assert len(queries) == 3 and {q.sql for q in queries} == {SEQ_SQL}
-    assert all(int(q.params["n"]) == 3 and q.transaction.id for q in queries)
-    assert mock_spanner.count("BeginTransactionRequest") == 3
+    assert all(int(q.params["n"]) == 3 and "read_write" in q.transaction.begin for q in queries)
+    assert mock_spanner.count("BeginTransactionRequest") == 0  # begun inline by the query
     assert mock_spanner.count("CommitRequest") == 3
     assert mock_spanner.count("ExecuteStreamingSqlRequest") == 0
     seq.close()

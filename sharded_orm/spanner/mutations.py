@@ -148,34 +148,30 @@ class RawSpanner:
 
         Nothing is replayed here: an ABORTED commit raises, and the caller's policy runs
         ``work`` again from the start (reading fresh values)."""
-        from google.cloud.spanner_v1 import CommitRequest, TransactionOptions
+        from google.cloud.spanner_v1 import CommitRequest
 
         deadline = time.monotonic() + timeout
         with self._session_checked():
             session = self._session(timeout)
-            begun = self.api.begin_transaction(
-                session=session,
-                options=TransactionOptions(read_write=TransactionOptions.ReadWrite()),
-                metadata=self.metadata,
-                timeout=_left(deadline),
-                retry=None,
-            )
-            txn = RawTransaction(self, session, begun.id, deadline)
+            txn = RawTransaction(self, session, deadline)  # begun inline by its first query
             try:
                 result = work(txn)
-                request = CommitRequest(session=session, transaction_id=begun.id)
+                if txn.id is None:  # no statement ran: nothing to commit
+                    return result
+                request = CommitRequest(session=session, transaction_id=txn.id)
                 self.api.commit(
                     request=request, metadata=self.metadata, timeout=_left(deadline), retry=None
                 )
             except BaseException:
-                with suppress(Exception):
-                    self.api.rollback(
-                        session=session,
-                        transaction_id=begun.id,
-                        metadata=self.metadata,
-                        timeout=min(2.0, _left(deadline) + 0.5),
-                        retry=None,
-                    )
+                if txn.id is not None:
+                    with suppress(Exception):
+                        self.api.rollback(
+                            session=session,
+                            transaction_id=txn.id,
+                            metadata=self.metadata,
+                            timeout=min(2.0, _left(deadline) + 0.5),
+                            retry=None,
+                        )
                 raise
             return result
 
@@ -191,12 +187,19 @@ class RawSpanner:
 class RawTransaction:
     """Statements inside :meth:`RawSpanner.read_write` (parameters: INT64 and STRING)."""
 
-    def __init__(self, raw: RawSpanner, session: str, txn_id: bytes, deadline: float) -> None:
-        self.raw, self.session, self.id, self.deadline = raw, session, txn_id, deadline
+    def __init__(self, raw: RawSpanner, session: str, deadline: float) -> None:
+        self.raw, self.session, self.deadline = raw, session, deadline
+        self.id: bytes | None = None  # set by the first statement, which begins it
         self.seqno = 0
 
     def _execute(self, sql: str, params: dict[str, int | str]) -> Any:
-        from google.cloud.spanner_v1 import ExecuteSqlRequest, TransactionSelector, Type, TypeCode
+        from google.cloud.spanner_v1 import (
+            ExecuteSqlRequest,
+            TransactionOptions,
+            TransactionSelector,
+            Type,
+            TypeCode,
+        )
         from google.protobuf import struct_pb2
 
         fields, types = {}, {}
@@ -207,18 +210,27 @@ class RawTransaction:
         self.seqno += 1
         request = ExecuteSqlRequest(
             session=self.session,
-            transaction=TransactionSelector(id=self.id),
+            transaction=(
+                TransactionSelector(id=self.id)
+                if self.id is not None
+                else TransactionSelector(
+                    begin=TransactionOptions(read_write=TransactionOptions.ReadWrite())
+                )
+            ),
             sql=sql,
             params=struct_pb2.Struct(fields=fields),
             param_types=types,
             seqno=self.seqno,
         )
-        return self.raw.api.execute_sql(
+        result = self.raw.api.execute_sql(
             request=request,
             metadata=self.raw.metadata,
             timeout=_left(self.deadline),
             retry=None,
         )
+        if self.id is None:
+            self.id = bytes(result.metadata.transaction.id)
+        return result
 
     def query(self, sql: str, params: dict[str, int | str]) -> list[list[Any]]:
         """Rows of a query, each cell as sent (INT64 as a decimal string, NULL as None)."""
