@@ -11,6 +11,8 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from sharded_orm import ShardedIndex, UnsupportedOnDialectError, shard_column
@@ -179,3 +181,14 @@ def test_emulator_answers_501_and_presplit_skips_with_a_log_line(
     assert report.requests == 0
     assert report.skipped is not None and "501" in report.skipped
     assert any("skipped" in r.getMessage() for r in caplog.records)
+
+
+@settings(max_examples=40, deadline=None)
+@given(nodes=st.integers(min_value=1, max_value=60))
+def test_nodes_budget_is_kept_and_points_are_boundaries(nodes: int) -> None:
+    points, _ = split_points(WideEvent, nodes=nodes)
+    assert len(points) <= max(2, 10 * nodes)
+    for index in (None, "WideEventsByKind"):
+        keys = [p.key[0] for p in points if p.index == index]
+        assert keys == sorted(set(keys)) and all(1 <= k < 250 for k in keys)
+        assert keys  # every object keeps at least one point
