@@ -1,22 +1,51 @@
 """Alembic support for sharded-orm on Cloud Spanner.
 
-``import alembic_ext`` in env.py registers the Spanner impl (``spanner+spanner``), the
-custom op ``op.backfill_shard`` and the autogenerate plugin ``sharded_orm.autogenerate``
-(enable it with ``autogenerate_plugins=["alembic.autogenerate.*", "sharded_orm.*"]``).
-See docs/migrations.md.
+Nothing to import in env.py: with the package installed, Alembic loads the autogenerate
+plugin ``sharded_orm.autogenerate`` through its ``alembic.plugins`` entry point (enable it
+with ``autogenerate_plugins=["alembic.autogenerate.*", "sharded_orm.*"]``), and the
+Spanner dialect of sharded-orm brings the Alembic impl (``spanner+spanner``), which
+registers ``op.backfill_shard`` and the renderers. ``import alembic_ext`` still works
+and does the same. See docs/migrations.md.
+
+This ``__init__`` stays light because Alembic imports the plugin module (and so this
+package) while its own import is half done: the public names are loaded on first use.
 """
 
 from __future__ import annotations
 
-from . import render as _render  # noqa: F401  (registers renderers)
-from .backfill import BackfillProgress, BackfillResult, backfill_shard
-from .compare import index_warnings
-from .impl import SpannerImpl
-from .ops import BackfillShardOp
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from .plugin import PLUGIN_NAME, register
-from .render import render_item
+
+if TYPE_CHECKING:
+    from .backfill import BackfillProgress, BackfillResult, backfill_shard
+    from .impl import SpannerImpl
+    from .ops import BackfillShardOp
+    from .render import render_item
+    from .shaping import index_warnings
+
+_LAZY = {
+    "BackfillProgress": "backfill",
+    "BackfillResult": "backfill",
+    "backfill_shard": "backfill",
+    "index_warnings": "shaping",
+    "SpannerImpl": "impl",
+    "BackfillShardOp": "ops",
+    "render_item": "render",
+}
 
 register()
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'alembic_ext' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "PLUGIN_NAME",

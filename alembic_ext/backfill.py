@@ -1,22 +1,26 @@
-"""Filling a new shard column on a table that already has rows: batched, resumable.
+"""Filling a new shard column on a table that already has rows: batched, resumable, verified.
 
-A shard column added to a populated table starts NULL. :func:`backfill_shard` fills it:
+A shard column added to a populated table starts NULL. :func:`backfill_shard` fills it in
+two passes:
 
-* **resumable and idempotent**: it only ever touches rows whose column is still NULL,
-  one batch per transaction, in key order. Stopped at any point (crash, Ctrl-C, a
-  failed batch), running it again carries on where it stopped; run on a complete
-  column it finds nothing to do and says so.
-* **partitioned DML** when Spanner can compute the value itself (``farm_fingerprint``):
-  one ``UPDATE ... SET col = MOD(FARM_FINGERPRINT(...)) WHERE col IS NULL`` that Spanner
-  runs partition by partition, without a client round trip per row. ``crc32`` has no
-  GoogleSQL twin, so it is computed here and written in client batches: on Spanner one
-  read-write transaction per batch reading the next NULL rows and writing them back as
-  one UPDATE mutation; elsewhere a keyed executemany UPDATE.
-* **progress**: a callback gets a :class:`BackfillProgress` after each batch; the default
-  prints a one-line bar to stderr.
+1. **fill**: rows whose column is still NULL, one batch per transaction, in key order.
+   Stopped at any point (crash, Ctrl-C, a failed batch), running it again carries on
+   where it stopped.
+2. **verify**: every row, in key order, recomputing the shard from the row's current
+   sources and rewriting the rows whose stored value differs. A row that code unaware of
+   the new column updated after the fill passed it (a source changed, the new shard kept
+   its old value) is fixed here, so no row is stale when the backfill returns. From that
+   point on, every writer must fill the new column itself: the library does once the
+   models declare it; other writers must compute it (docs/migrations.md, "Writers").
 
-The old shard column stays authoritative while this runs: rows are found through it
-until the migration's contract step drops it (see docs/migrations.md).
+``farm_fingerprint`` on Spanner runs both passes as one Partitioned DML statement
+(``SET col = <shard expr> WHERE col IS NULL OR col != <shard expr>``). ``crc32`` has no
+GoogleSQL twin: batches are computed here, written on Spanner as one UPDATE mutation per
+batch, elsewhere as a keyed executemany UPDATE. Each batch is retried under
+:mod:`sharded_orm.retry` (a batch is idempotent: it recomputes from current values).
+
+A progress callback gets a :class:`BackfillProgress` after each batch (default: a bar on
+stderr).
 """
 
 from __future__ import annotations
@@ -30,9 +34,12 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from sharded_orm.errors import ShardConfigError
+from sharded_orm.checks import check_identifier, check_positive_int
+from sharded_orm.errors import ShardConfigError, ShardTypeError
 from sharded_orm.hashing import FARM_FINGERPRINT, shard_function, validate_algorithm
 from sharded_orm.spanner import is_spanner
+
+from .backfill_io import MutationWriter, Plan, SqlWriter, utc
 
 
 @dataclass(frozen=True)
@@ -45,6 +52,8 @@ class BackfillProgress:
     total: int  # rows that were NULL when this run started
     batches: int
     elapsed: float
+    phase: str = "fill"  # "fill", then "verify"
+    fixed: int = 0  # stale rows rewritten by the verify pass so far
 
 
 @dataclass(frozen=True)
@@ -57,6 +66,8 @@ class BackfillResult:
     batches: int
     method: str  # "partitioned_dml", "mutations" (Spanner), "client_batches" or "nothing_to_do"
     elapsed: float
+    verified: int = 0  # rows checked by the verify pass
+    fixed: int = 0  # stale rows it rewrote
 
 
 ProgressCallback = Callable[[BackfillProgress], None]
@@ -67,16 +78,32 @@ def print_progress(p: BackfillProgress) -> None:
     width = 30
     frac = p.done / p.total if p.total else 1.0
     bar = "#" * int(frac * width)
-    end = "\n" if p.done >= p.total else ""
+    end = "\n" if p.phase == "verify" or p.done >= p.total else ""
     sys.stderr.write(
-        f"\rbackfill {p.table}.{p.column} [{bar:<{width}}] {p.done}/{p.total} "
-        f"({p.batches} batches, {p.elapsed:.1f}s){end}"
+        f"\rbackfill {p.table}.{p.column} {p.phase} [{bar:<{width}}] {p.done}/{p.total} "
+        f"({p.batches} batches, {p.fixed} fixed, {p.elapsed:.1f}s){end}"
     )
     sys.stderr.flush()
 
 
-def _reflect(conn: Connection, table: str) -> sa.Table:
-    return sa.Table(table, sa.MetaData(), autoload_with=conn)
+def _check_args(table: object, column: object, sources: object, batch_size: object) -> list[str]:
+    check_identifier(table, "backfill table")
+    check_identifier(column, "backfill column")
+    if isinstance(sources, (str, bytes)) or not isinstance(sources, Sequence):
+        raise ShardTypeError(f"sources must be a list of column names, got {sources!r}")
+    if not sources:
+        raise ShardConfigError(
+            "sources=[] would give every row shard 0: name the columns the shard is computed "
+            "from, as the model's shard_column declares them"
+        )
+    for s in sources:
+        check_identifier(s, "shard source")
+    if len(set(sources)) != len(sources):
+        raise ShardConfigError(f"shard sources {list(sources)} name a column twice")
+    if column in sources:
+        raise ShardConfigError(f"{table}.{column} cannot be a source of its own shard")
+    check_positive_int(batch_size, "batch_size")
+    return list(sources)
 
 
 def backfill_shard(
@@ -90,111 +117,135 @@ def backfill_shard(
     batch_size: int = 500,
     progress: ProgressCallback | bool = True,
     partitioned_dml: bool | None = None,
+    verify: bool = True,
 ) -> BackfillResult:
-    """Fill ``table.column`` with ``compute_shard(sources, count, algorithm)`` where NULL.
+    """Fill ``table.column`` with ``compute_shard(sources, count, algorithm)`` where NULL,
+    then verify every row and fix stale ones (``verify=False`` skips that pass).
 
     ``bind``: an Engine, or a Connection whose engine is used: each batch runs in its
     own transaction on its own connection, so a stop loses at most one batch.
     ``sources`` are SQL column names in hashing order. ``partitioned_dml=None`` uses it
     on Spanner for ``farm_fingerprint`` and client batches otherwise.
     """
+    srcs = _check_args(table, column, sources, batch_size)
     validate_algorithm(algorithm)
     fn = shard_function(count, algorithm)
-    if batch_size < 1:
-        raise ShardConfigError(f"batch_size must be at least 1, got {batch_size}")
     engine = bind.engine if isinstance(bind, Connection) else bind
     report: ProgressCallback | None
     report = print_progress if progress is True else (progress or None)
     start = time.monotonic()
     with engine.connect() as conn:
-        t = _reflect(conn, table)
-        if column not in t.c:
-            raise ShardConfigError(
-                f"{table}.{column} does not exist: add the column before backfilling it"
+        plan = Plan(conn, table, column, srcs)
+        target = plan.target
+        out_of_range = conn.execute(
+            sa.select(sa.func.count()).where(
+                target.is_not(None), sa.or_(target < 0, target >= count)
             )
-        missing = [s for s in sources if s not in t.c]
-        if missing:
-            raise ShardConfigError(f"shard sources {missing} are not columns of {table}")
-        target = t.c[column]
+        ).scalar_one()
+        if out_of_range:
+            raise ShardConfigError(
+                f"{table}.{column} holds {out_of_range} value(s) outside 0..{count - 1}: it is "
+                f"not a shard column of count {count} (a data column, or another count?). "
+                "Refusing to overwrite it."
+            )
         total = conn.execute(sa.select(sa.func.count()).where(target.is_(None))).scalar_one()
         conn.rollback()
-    if total == 0:
-        if report is not None:
-            report(BackfillProgress(table, column, 0, 0, 0, time.monotonic() - start))
-        return BackfillResult(table, column, 0, 0, "nothing_to_do", time.monotonic() - start)
-
+    spanner = is_spanner(engine)
     use_pdml = partitioned_dml
     if use_pdml is None:
-        use_pdml = is_spanner(engine) and algorithm == FARM_FINGERPRINT
+        use_pdml = spanner and algorithm == FARM_FINGERPRINT
     if use_pdml:
-        if algorithm != FARM_FINGERPRINT or not is_spanner(engine):
+        if algorithm != FARM_FINGERPRINT or not spanner:
             raise ShardConfigError(
                 "partitioned DML backfill needs Spanner and algorithm='farm_fingerprint': "
                 "Spanner has no CRC32 function, so crc32 shards are computed by the client"
             )
-        return _partitioned(engine, t, target, sources, count, total, report, start)
-    if is_spanner(engine):
-        return _mutation_batches(engine, t, target, sources, fn, batch_size, total, report, start)
-    return _batches(engine, t, target, sources, fn, batch_size, total, report, start)
+        return _partitioned(engine, plan, count, total, report, start)
+    writer = MutationWriter(engine, plan) if spanner else SqlWriter(engine, plan)
+    run = _Run(engine, plan, fn, batch_size, writer, report, start, total)
+    run.fill()
+    if verify:
+        run.verify()
+    method = "mutations" if spanner else "client_batches"
+    if run.done == 0 and run.fixed == 0:
+        method = "nothing_to_do"
+    return BackfillResult(
+        table, column, run.done, run.batches, method, time.monotonic() - start,
+        run.verified, run.fixed,
+    )  # fmt: skip
 
 
-def _mutation_batches(
-    engine: Engine,
-    t: sa.Table,
-    target: sa.Column[Any],
-    sources: Sequence[str],
-    fn: Callable[[Sequence[object]], int],
-    batch_size: int,
-    total: int,
-    report: ProgressCallback | None,
-    start: float,
-) -> BackfillResult:
-    """Spanner: each batch is one read-write transaction that reads the next NULL rows
-    and writes them back as one UPDATE mutation (a batch of row UPDATE statements costs
-    a round of DML per row on the server; a mutation is one write)."""
-    q = engine.dialect.identifier_preparer.quote
-    key = [c.name for c in t.primary_key.columns]
-    if not key:
-        raise ShardConfigError(f"table {t.name!r} has no primary key: cannot backfill by key")
-    cols = ", ".join(q(c) for c in [*key, *sources])
-    sql = (
-        f"SELECT {cols} FROM {q(t.name)} WHERE {q(target.name)} IS NULL "
-        f"ORDER BY {', '.join(q(k) for k in key)} LIMIT {int(batch_size)}"
-    )
-    nkey = len(key)
+class _Run:
+    def __init__(
+        self, engine: Engine, plan: Plan, fn: Callable[[Sequence[object]], int],
+        batch_size: int, writer: SqlWriter | MutationWriter,
+        report: ProgressCallback | None, start: float, total: int,
+    ) -> None:  # fmt: skip
+        self.plan = plan
+        self.fn = fn
+        self.batch_size = batch_size
+        self.writer = writer
+        self.report = report
+        self.start = time.monotonic() if start is None else start
+        self.total = total
+        self.done = self.batches = self.verified = self.fixed = 0
+        names = [c.name for c in plan.read_cols]
+        self.key_at = [names.index(c.name) for c in plan.key]
+        self.src_at = [names.index(c.name) for c in plan.sources]
+        self.target_at = names.index(plan.target.name)
 
-    def one_batch(txn: Any) -> int:
-        rows = [list(r) for r in txn.execute_sql(sql)]
-        if rows:
-            values = [[*r[:nkey], fn(r[nkey:])] for r in rows]
-            txn.update(table=t.name, columns=[*key, target.name], values=values)
-        return len(rows)
+    def _changes(self, rows: list[Any], only_stale: bool) -> list[tuple[Any, int]]:
+        out = []
+        for r in rows:
+            value = self.fn([utc(r[i]) for i in self.src_at])
+            if not only_stale or r[self.target_at] != value:
+                out.append(([r[i] for i in self.key_at], value))
+        return out
 
-    with engine.connect() as conn:
-        database: Any = conn.connection.dbapi_connection.database  # type: ignore[union-attr]
-    done = batches = 0
-    while True:
-        n = database.run_in_transaction(one_batch)
-        if not n:
-            break
-        done += n
-        batches += 1
-        if report is not None:
-            report(
+    def _tell(self, phase: str) -> None:
+        if self.report is not None:
+            self.report(
                 BackfillProgress(
-                    t.name, target.name, done, max(total, done), batches,
-                    time.monotonic() - start,
+                    self.plan.table.name, self.plan.target.name, self.done,
+                    max(self.total, self.done), self.batches, time.monotonic() - self.start,
+                    phase, self.fixed,
                 )
             )  # fmt: skip
-    elapsed = time.monotonic() - start
-    return BackfillResult(t.name, target.name, done, batches, "mutations", elapsed)
+
+    def fill(self) -> None:
+        while True:
+            n = self.writer.batch(True, None, self.batch_size, lambda r: self._changes(r, False))
+            if not n:
+                break
+            self.done += n
+            self.batches += 1
+            self._tell("fill")
+
+    def verify(self) -> None:
+        after: list[Any] | None = None
+        fixed: list[int] = [0]
+
+        def fix(rows: list[Any]) -> list[tuple[Any, int]]:
+            changes = self._changes(rows, True)
+            fixed[0] = len(changes)
+            return changes
+
+        while True:
+            n = self.writer.batch(False, after, self.batch_size, fix)
+            if not n:
+                break
+            last = self.writer.last
+            assert last is not None
+            after = [last[i] for i in self.key_at]
+            self.verified += n
+            self.fixed += fixed[0]
+            self.batches += 1
+            self._tell("verify")
 
 
 def _partitioned(
     engine: Engine,
-    t: sa.Table,
-    target: sa.Column[Any],
-    sources: Sequence[str],
+    plan: Plan,
     count: int,
     total: int,
     report: ProgressCallback | None,
@@ -203,67 +254,23 @@ def _partitioned(
     from sharded_orm.spanner.expressions import shard_sql
 
     q = engine.dialect.identifier_preparer.quote
-    expr = shard_sql([t.c[s] for s in sources], count, q)
-    sql = f"UPDATE {q(t.name)} SET {q(target.name)} = {expr} WHERE {q(target.name)} IS NULL"
+    expr = shard_sql(plan.sources, count, q)
+    col = q(plan.target.name)
+    sql = f"UPDATE {q(plan.table.name)} SET {col} = {expr} WHERE {col} IS NULL OR {col} != {expr}"
     with engine.connect() as conn:
         raw: Any = conn.connection.dbapi_connection
-        raw.database.execute_partitioned_dml(sql)
+        changed = raw.database.execute_partitioned_dml(sql)
     elapsed = time.monotonic() - start
+    fixed = max(0, int(changed or 0) - total)
     if report is not None:
-        report(BackfillProgress(t.name, target.name, total, total, 1, elapsed))
-    return BackfillResult(t.name, target.name, total, 1, "partitioned_dml", elapsed)
-
-
-def _batches(
-    engine: Engine,
-    t: sa.Table,
-    target: sa.Column[Any],
-    sources: Sequence[str],
-    fn: Callable[[Sequence[object]], int],
-    batch_size: int,
-    total: int,
-    report: ProgressCallback | None,
-    start: float,
-) -> BackfillResult:
-    key = list(t.primary_key.columns)
-    if not key:
-        raise ShardConfigError(f"table {t.name!r} has no primary key: cannot backfill by key")
-    src = [t.c[s] for s in sources]
-    read = sa.select(*key, *src).where(target.is_(None)).order_by(*key).limit(batch_size)
-    params = [f"k{i}" for i in range(len(key))]
-    write = (
-        sa.update(t)
-        .where(*[c == sa.bindparam(p) for c, p in zip(key, params, strict=True)])
-        .where(target.is_(None))
-        .values({target.name: sa.bindparam("new_shard")})
+        report(
+            BackfillProgress(
+                plan.table.name, plan.target.name, total, total, 1, elapsed, "verify", fixed
+            )
+        )
+    return BackfillResult(
+        plan.table.name, plan.target.name, total, 1, "partitioned_dml", elapsed, 0, fixed
     )
-    done = batches = 0
-    with engine.connect() as conn:
-        while True:
-            with conn.begin():
-                rows = conn.execute(read).all()
-                if not rows:
-                    break
-                nkey = len(key)
-                args = [
-                    {
-                        **{p: r[i] for i, p in enumerate(params)},
-                        "new_shard": fn(list(r[nkey:])),
-                    }
-                    for r in rows
-                ]
-                conn.execute(write, args)
-            done += len(rows)
-            batches += 1
-            if report is not None:
-                report(
-                    BackfillProgress(
-                        t.name, target.name, done, max(total, done), batches,
-                        time.monotonic() - start,
-                    )
-                )  # fmt: skip
-    elapsed = time.monotonic() - start
-    return BackfillResult(t.name, target.name, done, batches, "client_batches", elapsed)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -291,7 +298,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         )  # fmt: skip
     finally:
         engine.dispose()
-    print(f"{result.rows} rows filled in {result.batches} batches ({result.method})")
+    print(
+        f"{result.rows} rows filled, {result.verified} verified, {result.fixed} fixed, "
+        f"in {result.batches} batches ({result.method})"
+    )
     return 0
 
 

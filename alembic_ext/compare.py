@@ -25,68 +25,35 @@ index or a CHECK constraint still uses).
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable
+from collections.abc import Callable
 from typing import Any
 
 import sqlalchemy as sa
 from alembic.autogenerate.api import AutogenContext
 from alembic.operations import ops
-from sqlalchemy.sql.elements import UnaryExpression
 
-from sharded_orm.errors import ShardConfigError
-from sharded_orm.hashing import CRC32, FARM_FINGERPRINT
 from sharded_orm.schema.columns import ShardColumn, ShardComputed, shard_columns
 from sharded_orm.spanner import is_spanner
 
 from . import reflection
-from .markers import Marker, find_marker, marker_clause, marker_for, spec_digest
+from .guards import check_key_and_parent, check_reshard, in_place_error
+from .markers import find_marker, marker_clause, marker_for
 from .ops import (
     AddShardColumnOp,
     DropShardColumnOp,
     ReplaceGeneratedColumnOp,
     SpannerCreateIndexOp,
     SpannerDropIndexOp,
+    VerifyShardOp,
 )
-
-MONOTONIC_TYPES = (sa.DateTime, sa.Date, sa.Time)
-
-
-# ----------------------------------------------------------------------------- lint hook
-
-
-def index_warnings(index: sa.Index) -> list[str]:
-    """Warnings written above ``op.create_index`` in the generated file.
-
-    Delegates to the linter: ``sharded_orm.lint.index_warnings(index)`` if it exists, else
-    the findings of ``sharded_orm.lint.lint_table(index.table)`` about this index;
-    without the linter, a minimal check: an index whose first column has a date/time type puts
-    every new row at the end of the index (a write hotspot).
-    """
-    lint: Any
-    try:
-        from sharded_orm import lint
-    except ImportError:  # the linter is optional here
-        lint = None
-    hook = getattr(lint, "index_warnings", None)
-    if hook is not None:
-        return [str(w) for w in hook(index)]
-    lint_table = getattr(lint, "lint_table", None)
-    if lint_table is not None and isinstance(index.table, sa.Table):
-        target = f"index {index.name}"
-        return [f"{f.rule} {f.message}" for f in lint_table(index.table) if f.target == target]
-    exprs = list(index.expressions)
-    if not exprs:
-        return []
-    first = exprs[0]
-    col = first.element if isinstance(first, UnaryExpression) else first
-    if isinstance(getattr(col, "type", None), MONOTONIC_TYPES):
-        return [
-            f"index {index.name!r} starts with {getattr(col, 'name', col)!r}, a monotonically "
-            "increasing column: every insert writes the same split (a hotspot). Lead it with a "
-            "shard column (sharded_orm.ShardedIndex)."
-        ]
-    return []
-
+from .shaping import (
+    index_warnings,
+    order_in_table,
+    order_tables,
+    recover_spec,
+    storing_in_place,
+    stub_index,
+)
 
 # ----------------------------------------------------------------------------- helpers
 
@@ -128,59 +95,6 @@ def _plain_column(sc: ShardColumn, ctx: AutogenContext) -> sa.Column[Any]:
     return sa.Column(*args, nullable=col.nullable, primary_key=col.primary_key)
 
 
-def _recover_spec(
-    marker: Marker, column: str, candidates: Iterable[str]
-) -> tuple[str, tuple[str, ...]] | None:
-    """(algorithm, sources) whose digest matches a marker: up to three source columns."""
-    names = [c for c in candidates if c != column]
-    for n in (1, 2, 3):
-        for sources in itertools.permutations(names, n):
-            for algorithm in (CRC32, FARM_FINGERPRINT):
-                if spec_digest(algorithm, marker.count, sources) == marker.digest:
-                    return algorithm, sources
-    return None
-
-
-def _stub_index(info: reflection.IndexInfo) -> sa.Index:
-    table = sa.Table(info.table, sa.MetaData())
-    exprs: list[Any] = []
-    for name, desc in info.columns:
-        c = sa.Column(name, sa.types.NULLTYPE)
-        table.append_column(c)
-        exprs.append(c.desc() if desc else c)
-    kw: dict[str, Any] = {}
-    if info.storing:
-        kw["spanner_storing"] = sorted(info.storing)
-    if info.null_filtered:
-        kw["spanner_null_filtered"] = True
-    if info.interleave_in:
-        kw["spanner_interleave_in"] = info.interleave_in
-    return sa.Index(info.name, *exprs, unique=info.unique, _table=table, **kw)
-
-
-def _order_key(op: ops.MigrateOperation) -> int:
-    if isinstance(op, DropShardColumnOp):
-        return 6
-    if isinstance(op, (AddShardColumnOp, ops.AddColumnOp, ReplaceGeneratedColumnOp)):
-        return 0
-    if isinstance(op, ops.AlterColumnOp):
-        return 1
-    if isinstance(op, ops.CreateIndexOp):
-        return 2
-    if isinstance(op, ops.AddConstraintOp):
-        return 3
-    if isinstance(op, ops.DropIndexOp):
-        return 4
-    if isinstance(op, ops.DropConstraintOp):
-        return 5
-    if isinstance(op, ops.DropColumnOp):
-        return 6
-    return 1
-
-
-# ----------------------------------------------------------------------------- rewriting
-
-
 class _Rewriter:
     def __init__(self, ctx: AutogenContext) -> None:
         self.ctx = ctx
@@ -194,13 +108,22 @@ class _Rewriter:
         new_ops: list[ops.MigrateOperation] = []
         touched: dict[str, ops.ModifyTableOps] = {}
         created = set()
+        # Alembic's own drops of a dropped table's indexes (top level or per table)
+        nested = [o.ops for o in upgrade_ops.ops if isinstance(o, ops.ModifyTableOps)]
+        dropped_ix = {
+            o.index_name
+            for o in itertools.chain(upgrade_ops.ops, *nested)
+            if isinstance(o, ops.DropIndexOp)
+        }
         for op in upgrade_ops.ops:
             if isinstance(op, ops.CreateTableOp):
                 created.add(op.table_name)
                 self.create_table(op)
                 new_ops.append(op)
             elif isinstance(op, ops.DropTableOp):
-                new_ops.extend(self.drop_table_indexes(op.table_name))
+                self.drop_table(op)
+                extra = self.drop_table_indexes(op.table_name)
+                new_ops.extend(o for o in extra if getattr(o, "index_name", None) not in dropped_ix)
                 new_ops.append(op)
             elif isinstance(op, ops.ModifyTableOps):
                 touched[op.table_name] = op
@@ -227,9 +150,42 @@ class _Rewriter:
                 mod.ops.extend(extra)
         for mod in touched.values():
             self.modify_table(mod)
-        upgrade_ops.ops[:] = [
-            o for o in new_ops if not (isinstance(o, ops.ModifyTableOps) and not o.ops)
-        ]
+        new_ops = [o for o in new_ops if not (isinstance(o, ops.ModifyTableOps) and not o.ops)]
+        upgrade_ops.ops[:] = order_tables(new_ops, self.parent_of(new_ops))
+
+    def parent_of(self, found: list[ops.MigrateOperation]) -> Callable[[str], str | None]:
+        """The interleave parent of each table, from the models or (dropped) the database."""
+        parents: dict[str, str | None] = {
+            name: table.kwargs.get("spanner_interleave_in") for name, table in self.meta.items()
+        }
+        conn = self.ctx.connection
+        for o in found:
+            if isinstance(o, ops.DropTableOp) and conn is not None and self.spanner:
+                parents[o.table_name] = reflection.read_table_parent(conn, o.table_name)[0]
+        return parents.get
+
+    def drop_table(self, op: ops.DropTableOp) -> None:
+        """Give a dropped table's reverse (the downgrade) what Spanner stores and Alembic's
+        reflection leaves out: DESC key parts, INTERLEAVE IN PARENT, shard markers."""
+        conn = self.ctx.connection
+        if conn is None or not self.spanner or op._reverse is None:
+            return
+        from sharded_orm.schema.keys import DESC_INFO_KEY
+
+        items: Any = op._reverse.columns
+        by_name = {c.name: c for c in items if isinstance(c, sa.Column)}
+        for name, desc in reflection.read_primary_key(conn, op.table_name):
+            if desc and name in by_name:
+                by_name[name].info[DESC_INFO_KEY] = True
+        parent, cascade = reflection.read_table_parent(conn, op.table_name)
+        if parent:
+            op.table_kw["spanner_interleave_in"] = parent
+            if cascade:
+                op.table_kw["spanner_interleave_on_delete_cascade"] = True
+        have = {c.name for c in items if isinstance(c, sa.CheckConstraint)}
+        for name, clause in reflection.read_check_constraints(conn, op.table_name).items():
+            if name not in have:
+                items.append(sa.CheckConstraint(sa.text(clause), name=name))
 
     # -- new tables
 
@@ -262,7 +218,7 @@ class _Rewriter:
         if conn is None or not self.spanner:
             return []
         found = reflection.read_indexes(conn, table)
-        return [SpannerDropIndexOp.from_index(_stub_index(i)) for i in found.values()]
+        return [SpannerDropIndexOp.from_index(stub_index(i)) for i in found.values()]
 
     # -- indexes
 
@@ -308,17 +264,21 @@ class _Rewriter:
                 out.append(self.drop_column(mod.table_name, op, checks))
             else:
                 out.append(op)
-        # A changed index (same name) must go before it comes back; a replaced one (new
-        # name) stays until its successor exists, so queries always have one.
-        recreated = {o.index_name for o in out if isinstance(o, ops.CreateIndexOp)}
-
-        def key(o: ops.MigrateOperation) -> int:
-            if isinstance(o, ops.DropIndexOp) and o.index_name in recreated:
-                return -1
-            return _order_key(o)
-
-        out.sort(key=key)  # stable: keeps Alembic's order within a kind
-        mod.ops = out
+        out = storing_in_place(out)
+        check_reshard(table, mod.table_name, out)
+        if any(isinstance(o, DropShardColumnOp) for o in out):
+            # A contract: the layout that stays is verified (rows that code unaware of it
+            # wrote since the expand are fixed) before the old one goes.
+            added = {o.column.name for o in out if type(o) is AddShardColumnOp}
+            out.extend(
+                VerifyShardOp(
+                    mod.table_name, sc.name, sources=[c.name for c in sc.sources],
+                    count=sc.count, algorithm=sc.algorithm,
+                )
+                for sc in shards.values()
+                if not sc.server_side and sc.name not in added and not sc.column.primary_key
+            )  # fmt: skip
+        mod.ops = order_in_table(out)
 
     def drop_column(
         self, table: str, op: ops.DropColumnOp, checks: list[str]
@@ -328,7 +288,7 @@ class _Rewriter:
             return op
         column = op.to_column()
         candidates = [c["name"] for c in self.ctx.inspector.get_columns(table)]
-        spec = _recover_spec(marker, op.column_name, candidates)
+        spec = recover_spec(marker, op.column_name, candidates)
         algorithm, sources = spec if spec is not None else ("", ())
         return DropShardColumnOp(
             table, column, sources=sources, count=marker.count, algorithm=algorithm, marker=marker
@@ -342,6 +302,8 @@ class _Rewriter:
         out: list[ops.MigrateOperation] = []
         checks = _check_names(self.ctx, table.name)
         generated = reflection.read_generated_columns(conn, table.name) if self.spanner else {}
+        if self.spanner:
+            check_key_and_parent(conn, table)
         shard_names = set()
         for sc in shard_columns(table):
             shard_names.add(sc.name)
@@ -353,9 +315,7 @@ class _Rewriter:
                 if actual is None or reflection.normalize_sql(actual) != reflection.normalize_sql(
                     expected
                 ):
-                    raise self.in_place_error(
-                        table.name, sc, f"its generated expression is {actual!r}"
-                    )
+                    raise in_place_error(table.name, sc, f"its generated expression is {actual!r}")
                 continue
             want = marker_for(sc)
             have = find_marker(table.name, sc.name, checks)
@@ -366,7 +326,7 @@ class _Rewriter:
                     )
                 )
             elif have.digest != want.digest:
-                raise self.in_place_error(
+                raise in_place_error(
                     table.name, sc, f"the database records count={have.count} (marker {have.name})"
                 )
         if self.spanner:
@@ -387,27 +347,6 @@ class _Rewriter:
                     )
                     out.append(ReplaceGeneratedColumnOp(table.name, old, new))
         return out
-
-    @staticmethod
-    def in_place_error(table: str, sc: ShardColumn, found: str) -> ShardConfigError:
-        if sc.column.primary_key:
-            return ShardConfigError(
-                f"shard column {table}.{sc.name} is declared with count={sc.count}, "
-                f"algorithm={sc.algorithm!r}, sources={list(sc.source_keys)}, but {found}. It "
-                "is part of the primary key, and Spanner cannot change or add key columns of a "
-                "table: there is no backfill path. Create a new table with the new key, copy "
-                "the rows, and switch to it (docs/migrations.md, 'Resharding a key')."
-            )
-        return ShardConfigError(
-            f"shard column {table}.{sc.name} is declared with count={sc.count}, "
-            f"algorithm={sc.algorithm!r}, sources={list(sc.source_keys)}, but {found}. "
-            "A shard column cannot be recomputed in place: rows already stored under the old "
-            "spec would be invisible to every sharded query while it runs, and Spanner cannot "
-            "rename a column. Declare the new layout as a NEW shard column (new name, e.g. "
-            f"name='{sc.name}{sc.count}') with its own ShardedIndex, keep or remove the old "
-            "one, and autogenerate again: it renders expand / backfill / contract "
-            "(docs/migrations.md, 'Resharding')."
-        )
 
 
 def rewrite_for_spanner(autogen_context: AutogenContext, upgrade_ops: ops.UpgradeOps) -> None:

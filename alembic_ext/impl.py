@@ -1,19 +1,23 @@
-"""Alembic's implementation class for Spanner: what env.py used to have to carry.
+"""Alembic's implementation class for Spanner.
 
-Importing ``alembic_ext`` registers :class:`SpannerImpl` for the ``spanner+spanner``
-dialect (Alembic finds impls by dialect name: without one, ``MigrationContext.configure``
-fails with ``KeyError: 'spanner+spanner'``). It:
+The Spanner dialect of sharded-orm defines it (``sharded_orm.spanner.alembic_impl``), so
+env.py imports nothing for it. It:
 
-* keeps ``alembic_version`` keyed by ``version_num`` (Spanner needs a key, and branches
-  need several rows), and writes a revision change as DELETE + INSERT, because Spanner
-  refuses an UPDATE of a key column; so the usual ``version_table_pk=False`` workaround
-  is not needed;
-* runs migrations in autocommit mode: Spanner has no transactional DDL, and refuses a
-  DDL batch while the same connection holds a read-write transaction;
-* installs :class:`alembic_ext.reflection.SpannerInspector` on the migration's dialect
-  and :func:`alembic_ext.render.render_item` (before any ``render_item`` of the user);
-* compares indexes on everything Spanner stores: columns, order, DESC, UNIQUE, STORING,
-  NULL_FILTERED and INTERLEAVE IN (Alembic's default looks at names and UNIQUE only);
+* keeps ``alembic_version`` keyed by ``version_num`` and writes a revision change as
+  DELETE + INSERT (Spanner refuses an UPDATE of a key column);
+* runs migrations in autocommit mode: Spanner has no transactional DDL;
+* **batches DDL**: consecutive DDL statements of a migration go to Spanner as one
+  ``UpdateDatabaseDdl`` (Spanner's advice: each schema change is a long-running
+  operation), flushed before any data statement (a backfill, the version row) and when
+  ``op.get_bind()`` is used. ``config.attributes["sharded_orm.on_ddl_batch"]``, if set, is
+  called with the statements of each batch sent;
+* makes every DDL statement **safe to run again** after a partial failure: ``IF NOT
+  EXISTS`` / ``IF EXISTS`` where Spanner has them (tables, indexes, ADD COLUMN, also in
+  ``--sql`` output), an INFORMATION_SCHEMA check online where it has not (DROP COLUMN,
+  CHECK constraints, stored columns);
+* installs :class:`alembic_ext.reflection.SpannerInspector` and our ``render_item``;
+* compares indexes on everything Spanner stores, and types with STRING(MAX)/BYTES(MAX)
+  equal to an unsized ``String()``/``Text()``/``LargeBinary()``;
 * refuses, with a message saying what to do, to drop a column an index or a shard
   marker still uses.
 """
@@ -21,24 +25,42 @@ fails with ``KeyError: 'spanner+spanner'``). It:
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any, TextIO
 
 import sqlalchemy as sa
 from alembic.ddl._autogen import ComparisonResult
 from alembic.ddl.impl import DefaultImpl
 from sqlalchemy.engine import Connection, Dialect
+from sqlalchemy.schema import ExecutableDDLElement
 from sqlalchemy.sql import operators
 from sqlalchemy.sql.elements import UnaryExpression
 
 from sharded_orm.errors import ShardConfigError
 
+from . import ops as _ops  # noqa: F401  (registers op.backfill_shard, op.alter_index_storing)
 from . import reflection
+from .errors import MigrationError
 from .render import chain_render_item
+
+#: ``Config.attributes`` key: called with the list of statements of each DDL batch sent.
+DDL_BATCH_ATTRIBUTE = "sharded_orm.on_ddl_batch"
 
 _VERSION_UPDATE = re.compile(
     r"SET\s+\S*version_num\S*\s*=\s*'([^']+)'.*WHERE.*version_num\S*\s*=\s*'([^']+)'",
     re.IGNORECASE | re.DOTALL,
 )
+_DDL = re.compile(r"^\s*(CREATE|ALTER|DROP)\b", re.IGNORECASE)
+#: (pattern, replacement) making a statement a no-op when already applied.
+_IDEMPOTENT = [
+    (re.compile(r"^(\s*CREATE\s+TABLE\s+)(?!IF\s)", re.I), r"\1IF NOT EXISTS "),
+    (
+        re.compile(r"^(\s*CREATE\s+(?:UNIQUE\s+)?(?:NULL_FILTERED\s+)?INDEX\s+)(?!IF\s)", re.I),
+        r"\1IF NOT EXISTS ",
+    ),
+    (re.compile(r"^(\s*DROP\s+(?:TABLE|INDEX)\s+)(?!IF\s)", re.I), r"\1IF EXISTS "),
+    (re.compile(r"^(\s*ALTER\s+TABLE\s+\S+\s+ADD\s+COLUMN\s+)(?!IF\s)", re.I), r"\1IF NOT EXISTS "),
+]
 
 
 def index_signature(index: sa.Index) -> dict[str, Any]:
@@ -58,6 +80,19 @@ def index_signature(index: sa.Index) -> dict[str, Any]:
         "null_filtered": bool(opts.get("null_filtered")),
         "interleave_in": opts.get("interleave_in") or None,
     }
+
+
+def idempotent_sql(sql: str) -> str:
+    """``sql`` with Spanner's ``IF [NOT] EXISTS`` where the statement kind has one."""
+    for pattern, repl in _IDEMPOTENT:
+        sql = pattern.sub(repl, sql, count=1)
+    return sql
+
+
+def _is_ddl(construct: Any) -> bool:
+    if isinstance(construct, ExecutableDDLElement):
+        return True
+    return isinstance(construct, sa.TextClause) and bool(_DDL.match(construct.text))
 
 
 class SpannerImpl(DefaultImpl):
@@ -81,14 +116,62 @@ class SpannerImpl(DefaultImpl):
         reflection.install_inspector(dialect)
         if connection is not None and not as_sql and not connection.in_transaction():
             # Spanner has no transactional DDL, and a DDL batch is refused while the
-            # connection holds a read-write transaction (from reading alembic_version):
-            # run migrations statement by statement, each committed as it runs.
+            # connection holds a read-write transaction (from reading alembic_version).
             connection.execution_options(isolation_level="AUTOCOMMIT")
         context_opts["render_item"] = chain_render_item(context_opts.get("render_item"))
+        self.pending_ddl: list[str] = []
+        #: statements of each UpdateDatabaseDdl this impl sent, in order
+        self.ddl_batches: list[list[str]] = []
+        # names dropped / added by statements still in the pending batch
+        self._dropped: set[tuple[str, ...]] = set()
+        self._added: set[tuple[str, ...]] = set()
 
-    # -- alembic_version
+    # -- batching
+
+    @property
+    def bind(self) -> Connection | None:
+        """The connection, with pending DDL applied (``op.get_bind()`` reads see it)."""
+        self.flush_ddl()
+        return self.connection
+
+    def flush_ddl(self) -> None:
+        """Send the pending DDL statements as one ``UpdateDatabaseDdl`` and wait for it."""
+        if not self.pending_ddl:
+            return
+        statements, self.pending_ddl = self.pending_ddl, []
+        self._dropped.clear()
+        self._added.clear()
+        assert self.connection is not None
+        raw: Any = self.connection.connection.dbapi_connection
+        raw.database.update_ddl(statements).result()
+        self.ddl_batches.append(statements)
+        hook: Callable[[list[str]], None] | None = self._attributes().get(DDL_BATCH_ATTRIBUTE)
+        if hook is not None:
+            hook(list(statements))
+
+    @staticmethod
+    def _attributes() -> dict[str, Any]:
+        """``Config.attributes`` of the running Alembic command, if any."""
+        from alembic import context
+
+        try:
+            config = context.config
+        except (NameError, AttributeError):  # not run by an Alembic command
+            return {}
+        return getattr(config, "attributes", None) or {}
 
     def _exec(self, construct: Any, *args: Any, **kw: Any) -> Any:
+        if isinstance(construct, str):
+            construct = sa.text(construct)
+        if _is_ddl(construct):
+            sql = idempotent_sql(str(construct.compile(dialect=self.dialect)).strip())
+            if self.as_sql:
+                self.static_output(sql.replace("\t", "    ") + self.command_terminator)
+            else:
+                self.pending_ddl.append(sql)
+            return None
+        if not self.as_sql:
+            self.flush_ddl()
         version_table = self.context_opts.get("version_table", "alembic_version")
         table: Any = getattr(construct, "table", None)
         if isinstance(construct, sa.Update) and getattr(table, "name", None) == version_table:
@@ -98,10 +181,110 @@ class SpannerImpl(DefaultImpl):
                 raise ShardConfigError(f"unexpected alembic_version update: {sql}")
             to_, from_ = m.group(1), m.group(2)
             col = table.c.version_num
-            result = super()._exec(table.delete().where(col == sa.literal_column(f"'{from_}'")))
-            super()._exec(table.insert().values(version_num=sa.literal_column(f"'{to_}'")))
+            result = super()._exec(table.delete().where(col == sa.literal(from_)), *args, **kw)
+            super()._exec(table.insert().values(version_num=sa.literal(to_)), *args, **kw)
             return result
         return super()._exec(construct, *args, **kw)
+
+    # -- existence checks (online) for statements Spanner has no IF [NOT] EXISTS for
+
+    def _online(self) -> Connection | None:
+        return None if self.as_sql else self.connection
+
+    def _column_exists(self, conn: Connection, table: str, column: str) -> bool:
+        if ("column", table, column) in self._dropped:
+            return False
+        if ("column", table, column) in self._added:
+            return True
+        return column in reflection.read_columns(conn, table)
+
+    def _constraint_exists(self, conn: Connection, table: str, name: str) -> bool:
+        if ("constraint", name) in self._dropped:
+            return False
+        if ("constraint", name) in self._added:
+            return True
+        return name in reflection.read_check_constraints(conn, table)
+
+    def add_column(self, table_name: str, column: sa.Column[Any], **kw: Any) -> None:
+        self._added.add(("column", table_name, column.name))
+        self._dropped.discard(("column", table_name, column.name))
+        super().add_column(table_name, column, **kw)
+
+    def drop_column(self, table_name: str, column: sa.Column[Any], **kw: Any) -> None:
+        conn = self._online()
+        if conn is not None:
+            if not self._column_exists(conn, table_name, column.name):
+                return  # already dropped by an earlier, interrupted run
+            self._check_column_unused(conn, table_name, column.name)
+            self._dropped.add(("column", table_name, column.name))
+        super().drop_column(table_name, column, **kw)
+
+    def add_constraint(self, const: Any, **kw: Any) -> None:
+        conn = self._online()
+        table = getattr(getattr(const, "table", None), "name", None)
+        name = getattr(const, "name", None)
+        if conn is not None and table and isinstance(name, str):
+            if self._constraint_exists(conn, table, name):
+                return
+            self._added.add(("constraint", name))
+        super().add_constraint(const, **kw)
+
+    def drop_constraint(self, const: Any, **kw: Any) -> None:
+        conn = self._online()
+        table = getattr(getattr(const, "table", None), "name", None)
+        name = getattr(const, "name", None)
+        if conn is not None and table and isinstance(name, str):
+            if not self._constraint_exists(conn, table, name):
+                return
+            self._dropped.add(("constraint", name))
+        super().drop_constraint(const, **kw)
+
+    def drop_index(self, index: Any, **kw: Any) -> None:
+        self._dropped.add(("index", str(index.name)))
+        super().drop_index(index, **kw)
+
+    def alter_index_storing(self, index: str, add: list[str], drop: list[str]) -> None:
+        """``ALTER INDEX ... ADD|DROP STORED COLUMN``, each skipped when already done."""
+        conn = self._online()
+        stored: set[str] | None = None
+        if conn is not None:
+            found = [i for i in reflection.read_indexes(conn).values() if i.name == index]
+            stored = set(found[0].storing) if found else None
+        q = self.dialect.identifier_preparer.quote
+        for col in add:
+            if stored is None or col not in stored:
+                self._exec(sa.text(f"ALTER INDEX {q(index)} ADD STORED COLUMN {q(col)}"))
+        for col in drop:
+            if stored is None or col in stored:
+                self._exec(sa.text(f"ALTER INDEX {q(index)} DROP STORED COLUMN {q(col)}"))
+
+    def _check_column_unused(self, conn: Connection, table_name: str, column: str) -> None:
+        users = [
+            info.name
+            for info in reflection.read_indexes(conn, table_name).values()
+            if ("index", info.name) not in self._dropped
+            and (column in {c for c, _ in info.columns} or column in info.storing)
+        ]
+        if users:
+            raise MigrationError(
+                f"cannot drop {table_name}.{column}: index(es) {', '.join(users)} "
+                "still use it. Drop them first in this migration, e.g. "
+                f"op.drop_index({users[0]!r}, table_name={table_name!r}); for a shard "
+                "column, keep it until no index is led by it."
+            )
+        checks = [
+            name
+            for name, clause in reflection.read_check_constraints(conn, table_name).items()
+            if ("constraint", name) not in self._dropped
+            and re.search(rf"\b{re.escape(column)}\b", clause)
+        ]
+        if checks:
+            raise MigrationError(
+                f"cannot drop {table_name}.{column}: CHECK constraint(s) "
+                f"{', '.join(checks)} still use it (a shard marker, if named ck_..._shard...). "
+                f"Drop it first: op.drop_constraint({checks[0]!r}, {table_name!r}, "
+                "type_='check')."
+            )
 
     # -- autogenerate
 
@@ -110,33 +293,15 @@ class SpannerImpl(DefaultImpl):
         diffs = [f"{key} {real[key]!r} to {meta[key]!r}" for key in meta if meta[key] != real[key]]
         return ComparisonResult.Different(diffs) if diffs else ComparisonResult.Equal()
 
-    # -- guards
-
-    def drop_column(self, table_name: str, column: sa.Column[Any], **kw: Any) -> None:
-        conn = self.connection
-        if conn is not None and not self.as_sql:
-            users = [
-                info.name
-                for info in reflection.read_indexes(conn, table_name).values()
-                if column.name in {c for c, _ in info.columns} or column.name in info.storing
-            ]
-            if users:
-                raise ShardConfigError(
-                    f"cannot drop {table_name}.{column.name}: index(es) {', '.join(users)} "
-                    "still use it. Drop them first in this migration, e.g. "
-                    f"op.drop_index({users[0]!r}, table_name={table_name!r}); for a shard "
-                    "column, keep it until no index is led by it."
-                )
-            checks = [
-                name
-                for name, clause in reflection.read_check_constraints(conn, table_name).items()
-                if re.search(rf"\b{re.escape(column.name)}\b", clause)
-            ]
-            if checks:
-                raise ShardConfigError(
-                    f"cannot drop {table_name}.{column.name}: CHECK constraint(s) "
-                    f"{', '.join(checks)} still use it (a shard marker, if named ck_..._shard...). "
-                    f"Drop it first: op.drop_constraint({checks[0]!r}, {table_name!r}, "
-                    "type_='check')."
-                )
-        super().drop_column(table_name, column, **kw)
+    def compare_type(
+        self, inspector_column: sa.Column[Any], metadata_column: sa.Column[Any]
+    ) -> bool:
+        """STRING(MAX) / BYTES(MAX) reflect with their byte limit as length: the same type
+        as an unsized ``String()``, ``Text()`` or ``LargeBinary()``."""
+        real, meta = inspector_column.type, metadata_column.type
+        unsized = getattr(meta, "length", None) is None
+        if unsized and isinstance(real, sa.String) and isinstance(meta, sa.String):
+            return False
+        if unsized and isinstance(real, sa.LargeBinary) and isinstance(meta, sa.LargeBinary):
+            return False
+        return bool(super().compare_type(inspector_column, metadata_column))

@@ -22,8 +22,10 @@ from typing import Any
 import sqlalchemy as sa
 from alembic.operations import MigrateOperation, Operations, ops
 
+from sharded_orm.checks import check_identifier
 from sharded_orm.errors import ShardConfigError
 
+from .errors import MigrationError
 from .markers import Marker
 
 #: ``alembic.config.Config.attributes`` key: a progress callback for ``op.backfill_shard``
@@ -80,6 +82,47 @@ class BackfillShardOp(MigrateOperation):
         return ("backfill_shard", self.table_name, self.column_name)
 
 
+def _model_check(operations: Operations, op: BackfillShardOp) -> None:
+    """Refuse a backfill that disagrees with the models (``target_metadata``)."""
+    from sharded_orm.schema.columns import shard_columns
+
+    md = operations.migration_context.opts.get("target_metadata")
+    mds = md if isinstance(md, (list, tuple)) else [md] if md is not None else []
+    for m in mds:
+        table = m.tables.get(op.table_name)
+        if table is None or op.column_name not in table.c:
+            continue
+        spec = {sc.name: sc for sc in shard_columns(table)}.get(op.column_name)
+        if spec is None:
+            raise _error(
+                f"backfill_shard target {op.table_name}.{op.column_name} is a data column in "
+                "the models, not a shard column: a backfill would overwrite its NULLs with "
+                "shard numbers. Name the shard column to fill."
+            )
+        want = (spec.count, spec.algorithm, [c.name for c in spec.sources])
+        got = (op.count, op.algorithm, list(op.sources))
+        if want != got:
+            raise _error(
+                f"backfill_shard({op.table_name!r}, {op.column_name!r}) asks for count="
+                f"{got[0]}, algorithm={got[1]!r}, sources={got[2]}, but the model declares "
+                f"count={want[0]}, algorithm={want[1]!r}, sources={want[2]}: rows filled so "
+                "would be unfindable. Make the migration and the model agree."
+            )
+
+
+def _error(message: str) -> Exception:
+    return MigrationError(message)
+
+
+class VerifyShardOp(BackfillShardOp):
+    """A contract's first step: ``op.backfill_shard`` on the shard column that stays, so
+    rows written since the expand by code that did not fill it are fixed before the old
+    layout goes. Its own reverse (verifying again is harmless)."""
+
+    def reverse(self) -> MigrateOperation:
+        return self
+
+
 @Operations.implementation_for(BackfillShardOp)
 def _run_backfill(operations: Operations, op: BackfillShardOp) -> None:
     ctx = operations.migration_context
@@ -97,6 +140,10 @@ def _run_backfill(operations: Operations, op: BackfillShardOp) -> None:
 
     if ctx.connection is None:
         raise ShardConfigError("backfill_shard needs a database connection (online mode)")
+    _model_check(operations, op)
+    flush = getattr(ctx.impl, "flush_ddl", None)
+    if flush is not None:
+        flush()  # the column must exist before it is filled
     attrs = getattr(ctx.config, "attributes", None) or {}
     progress = attrs.get(PROGRESS_ATTRIBUTE, True)
     with ctx.autocommit_block():
@@ -110,6 +157,58 @@ def _run_backfill(operations: Operations, op: BackfillShardOp) -> None:
             batch_size=op.batch_size,
             progress=progress,
         )
+
+
+@Operations.register_operation("alter_index_storing")
+class AlterIndexStoringOp(MigrateOperation):
+    """Add or drop STORING columns of an index in place (``ALTER INDEX``): the index stays
+    usable throughout, where a DROP + CREATE would leave readers without it."""
+
+    def __init__(
+        self,
+        index_name: str,
+        table_name: str,
+        *,
+        add: Sequence[str] = (),
+        drop: Sequence[str] = (),
+    ) -> None:
+        self.index_name = index_name
+        self.table_name = table_name
+        self.add = list(add)
+        self.drop = list(drop)
+
+    @classmethod
+    def alter_index_storing(
+        cls,
+        operations: Operations,
+        index_name: str,
+        table_name: str,
+        *,
+        add: Sequence[str] = (),
+        drop: Sequence[str] = (),
+    ) -> Any:
+        """``ALTER INDEX index_name ADD|DROP STORED COLUMN ...`` (Spanner only)."""
+        return operations.invoke(cls(index_name, table_name, add=add, drop=drop))
+
+    def reverse(self) -> AlterIndexStoringOp:
+        return AlterIndexStoringOp(self.index_name, self.table_name, add=self.drop, drop=self.add)
+
+    def to_diff_tuple(self) -> tuple[Any, ...]:
+        return ("alter_index_storing", self.index_name, tuple(self.add), tuple(self.drop))
+
+
+@Operations.implementation_for(AlterIndexStoringOp)
+def _run_alter_index_storing(operations: Operations, op: AlterIndexStoringOp) -> None:
+    impl: Any = operations.migration_context.impl
+    if not hasattr(impl, "alter_index_storing"):
+        raise _error(
+            f"op.alter_index_storing({op.index_name!r}) is Spanner-only (ALTER INDEX ... "
+            f"STORED COLUMN); this migration runs on {impl.dialect.name!r}. Use "
+            "op.drop_index + op.create_index there."
+        )
+    for name in (op.index_name, *op.add, *op.drop):
+        check_identifier(name, "alter_index_storing name")
+    impl.alter_index_storing(op.index_name, op.add, op.drop)
 
 
 # ----------------------------------------------------------------------------- plans

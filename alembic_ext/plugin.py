@@ -3,30 +3,42 @@
 Enable it in env.py with
 ``context.configure(..., autogenerate_plugins=["alembic.autogenerate.*", "sharded_orm.*"])``.
 
-Alembic (>= 1.18) finds third-party plugins through the ``alembic.plugins`` entry point
-group, calling this module's :func:`setup` with a ``Plugin`` named after the entry
-point. Where that entry point is not installed (a source checkout), ``import
-alembic_ext`` registers the plugin itself through :func:`register`.
+Alembic (>= 1.18) finds it through the ``alembic.plugins`` entry point and calls
+:func:`setup` while ``import alembic`` is still half done (``alembic.ddl`` imports
+``alembic.autogenerate``, which imports ``alembic.runtime.plugins``, which loads the entry
+points). So this module, and the ``alembic_ext`` package ``__init__`` that Python runs
+first, import nothing of Alembic but ``alembic.runtime.plugins`` and ``alembic.util``
+(both complete at that point), and the comparator imports :mod:`alembic_ext.compare` on
+its first call. Importing ``alembic.autogenerate`` here was the circular import that kept
+the entry point out. Without the entry point (a source tree that is not installed),
+``import alembic_ext`` registers the plugin through :func:`register`.
 """
 
 from __future__ import annotations
 
 from importlib import metadata
+from typing import Any
 
 from alembic.runtime.plugins import Plugin
-from alembic.util import DispatchPriority
+from alembic.util import DispatchPriority, PriorityDispatchResult
 
 #: The plugin's name; matched by ``"sharded_orm.*"`` in ``autogenerate_plugins``.
 PLUGIN_NAME = "sharded_orm.autogenerate"
 ENTRY_POINT_GROUP = "alembic.plugins"
 
 
-def setup(plugin: Plugin) -> None:
-    """Register our comparator on ``plugin`` (Alembic's plugin protocol)."""
+def compare(autogen_context: Any, upgrade_ops: Any) -> PriorityDispatchResult:
+    """The comparator: rewrite Alembic's finished ops for Spanner (imported on first use)."""
     from .compare import rewrite_for_spanner
 
+    rewrite_for_spanner(autogen_context, upgrade_ops)
+    return PriorityDispatchResult.CONTINUE
+
+
+def setup(plugin: Plugin) -> None:
+    """Register our comparator on ``plugin`` (Alembic's plugin protocol)."""
     plugin.add_autogenerate_comparator(
-        rewrite_for_spanner,  # type: ignore[arg-type]  # returns None: CONTINUE
+        compare,
         "autogenerate",
         priority=DispatchPriority.LAST,
     )

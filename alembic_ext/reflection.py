@@ -238,3 +238,14 @@ def install_inspector(dialect: Dialect) -> None:
     current = getattr(dialect, "inspector", None)
     if current is None or current is Inspector:
         dialect.inspector = SpannerInspector  # type: ignore[attr-defined]
+
+
+def read_columns(conn: Connection, table: str) -> list[str]:
+    """Column names of ``table``, in order."""
+    rows = _rows(
+        conn,
+        "SELECT COLUMN_NAME FROM INFORMATION_SCHEMA.COLUMNS "
+        "WHERE TABLE_SCHEMA = '' AND TABLE_NAME = :t ORDER BY ORDINAL_POSITION",
+        t=table,
+    )
+    return [c for (c,) in rows]

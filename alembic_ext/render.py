@@ -24,15 +24,18 @@ from sqlalchemy.sql import operators
 from sqlalchemy.sql.elements import UnaryExpression
 
 from sharded_orm.schema.keys import is_descending
+from sharded_orm.schema.types import UTCDateTime
 
 from .markers import marker_clause
 from .ops import (
     AddShardColumnOp,
+    AlterIndexStoringOp,
     DropShardColumnOp,
     ReplaceGeneratedColumnOp,
     SpannerCreateIndexOp,
     SpannerDropIndexOp,
     UnknownShardSpecOp,
+    VerifyShardOp,
 )
 
 RenderItem = Callable[[str, Any, AutogenContext], "str | bool"]
@@ -59,6 +62,11 @@ def render_item(type_: str, obj: Any, autogen_context: AutogenContext) -> str | 
 
     Returns ``False`` (Alembic's own rendering) for everything else.
     """
+    if type_ == "type" and isinstance(obj, UTCDateTime):
+        # the type's own repr would be written as sharded_orm.schema.types.UTCDateTime()
+        # with no import for it: a NameError at upgrade
+        autogen_context.imports.add("import sharded_orm")
+        return "sharded_orm.UTCDateTime()"
     if type_ == "primary_key" and any(is_descending(c) for c in obj.columns):
         sa_ = _sa_prefix(autogen_context)
         autogen_context.imports.add("import sharded_orm")
@@ -134,6 +142,16 @@ def _render_drop_index(ctx: AutogenContext, op: SpannerDropIndexOp) -> str:
     return f"{_op_prefix(ctx)}drop_index({op.index_name!r}, table_name={op.table_name!r})"
 
 
+@renderers.dispatch_for(AlterIndexStoringOp)
+def _render_alter_storing(ctx: AutogenContext, op: AlterIndexStoringOp) -> str:
+    args = [repr(op.index_name), repr(op.table_name)]
+    if op.add:
+        args.append(f"add={op.add!r}")
+    if op.drop:
+        args.append(f"drop={op.drop!r}")
+    return f"{_op_prefix(ctx)}alter_index_storing({', '.join(args)})"
+
+
 # ----------------------------------------------------------------------------- shard columns
 
 
@@ -169,6 +187,17 @@ def _render_add_shard_column(ctx: AutogenContext, op: AddShardColumnOp) -> list[
             f"{p}create_check_constraint({op.marker.name!r}, {op.table_name!r}, {clause!r})"
         )
     return lines
+
+
+@renderers.dispatch_for(VerifyShardOp)
+def _render_verify(ctx: AutogenContext, op: VerifyShardOp) -> list[str]:
+    srcs = ", ".join(repr(s) for s in op.sources)
+    return [
+        f"# sharded_orm: verify {op.table_name}.{op.column_name} (fill and fix rows written "
+        "since the expand by code that did not compute it) before the old layout goes.",
+        f"{_op_prefix(ctx)}backfill_shard({op.table_name!r}, {op.column_name!r}, "
+        f"sources=[{srcs}], count={op.count}, algorithm={op.algorithm!r})",
+    ]
 
 
 @renderers.dispatch_for(DropShardColumnOp)
