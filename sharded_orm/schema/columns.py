@@ -82,16 +82,6 @@ class ShardSpec:
             )
 
 
-class ComputedShard(int):
-    """A shard value sharded-orm computed itself during a flush (an ``int`` in every way).
-
-    The engine hook accepts it without hashing the row again: the hot path pays the
-    hash once. Anything else a caller passes as a shard is checked.
-    """
-
-    __slots__ = ()
-
-
 @dataclass(frozen=True, eq=False)
 class ShardColumn:
     """A shard column resolved against its table: the column, its sources, its function.

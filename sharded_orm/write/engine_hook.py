@@ -36,6 +36,7 @@ from sharded_orm.write.rows import Fetch, RowShards, fast_insert_rows
 from sharded_orm.write.sql import MISSING, literal_value, statement_values, where_equalities
 from sharded_orm.write.statements import check_from_select, with_upsert_shard
 from sharded_orm.write.targets import statement_table, write_shards
+from sharded_orm.write.trust import take
 
 
 def _rewrite_multi_values(stmt: Insert, table: Any, shards: RowShards) -> Insert:
@@ -110,6 +111,11 @@ def _row_fetcher(conn: Connection, table: Any, pinned: dict[str, Any]) -> Fetch 
     return fetch
 
 
+def _all_filled(rows: list[dict[str, Any]], shards: RowShards) -> bool:
+    keys = [sc.key for sc in shards.client_made]
+    return all(row.get(k) is not None for row in rows for k in keys)
+
+
 def _before_execute(
     conn: Connection,
     elem: Any,
@@ -138,6 +144,9 @@ def _before_execute(
             return elem, multiparams, params
         elem = with_upsert_shard(elem, table, shards)
         if not stmt_values and not row_shards.server_made and (multiparams or params):
+            rows = multiparams if multiparams else [params]
+            if take(conn, table, len(rows)) and _all_filled(rows, row_shards):
+                return elem, multiparams, params  # the ORM flush filled these a moment ago
             if multiparams:
                 return elem, fast_insert_rows(row_shards, multiparams), params
             return elem, multiparams, fast_insert_rows(row_shards, [params])[0]

@@ -23,7 +23,7 @@ from typing import Any
 
 from sharded_orm.errors import ShardValueError
 from sharded_orm.hashing import CRC32, PIECE_INT, PIECE_STR, PIECE_UTC_DATETIME
-from sharded_orm.schema.columns import ComputedShard, ShardColumn, piece_kind
+from sharded_orm.schema.columns import ShardColumn, piece_kind
 
 RowShard = Callable[[Mapping[str, Any]], int]
 RowsFiller = Callable[[Sequence[dict[str, Any]]], list[dict[str, Any]]]
@@ -105,14 +105,12 @@ def rows_filler(
 ) -> RowsFiller:
     """``rows -> rows to send`` for an INSERT executemany whose rows carry every source.
 
-    A row with no shard given gets a copy with the shards filled; a row whose shards are
-    all ``ComputedShard`` (the ORM flush computed them a moment ago) is sent as it is;
-    anything else (a given shard to check, a missing source, an unusual type) goes
-    through ``slow_row``, which checks it or raises the precise error.
+    A row with no shard given gets a copy with the shards filled; anything else (a given
+    shard to check, a missing source, an unusual type) goes through ``slow_row``, which
+    checks it or raises the precise error.
     """
     ns: dict[str, Any] = dict(_COMMON)
     ns["SLOW_ROW"] = slow_row
-    ns["TRUSTED"] = ComputedShard
     ns["UNHASHABLE"] = ShardValueError  # a None source: the slow path tries its default
     source_keys: list[str] = []
     for sc in shards:
@@ -126,7 +124,6 @@ def rows_filler(
         ns[f"G{j}"] = sc.key
     gets = "".join(f"        g{j} = row.get(G{j})\n" for j in range(len(shards)))
     none = " and ".join(f"g{j} is None" for j in range(len(shards)))
-    trusted = " and ".join(f"g{j}.__class__ is TRUSTED" for j in range(len(shards)))
     reads = "".join(f"                v{i} = row[K{i}]\n" for i in range(len(source_keys)))
     compute = "".join(
         _shard_code(j, [var[k] for k in sc.source_keys], sc, ns, "                ")
@@ -147,11 +144,53 @@ def rows_filler(
         "            new = row.copy()\n"
         f"{sets}"
         "            append(new)\n"
-        f"        elif {trusted}:\n"
-        "            append(row)\n"
         "        else:\n"
         "            append(SLOW_ROW(row))\n"
         "    return out\n"
     )
     fn: RowsFiller = _build("rows", body, ns)
+    return fn
+
+
+ObjectFiller = Callable[[dict[str, Any]], bool]
+
+
+def object_filler(plans: Sequence[tuple[ShardColumn, str, Sequence[str]]]) -> ObjectFiller:
+    """``instance dict -> done`` for the ORM's ``before_insert``: computes every shard of
+    the object from its attributes and stores it.
+    Returns False, changing nothing, when a source is missing or None, a value is of an
+    unusual type, or a shard was given that disagrees: the caller's general path then
+    evaluates defaults or raises the precise error."""
+    ns: dict[str, Any] = dict(_COMMON)
+    ns["UNHASHABLE"] = ShardValueError
+    attrs: list[str] = []
+    for _, _, source_attrs in plans:
+        for a in source_attrs:
+            if a not in attrs:
+                attrs.append(a)
+    var = {a: f"v{i}" for i, a in enumerate(attrs)}
+    for i, a in enumerate(attrs):
+        ns[f"K{i}"] = a
+    for j, (_, shard_attr, _) in enumerate(plans):
+        ns[f"G{j}"] = shard_attr
+    reads = "".join(f"        v{i} = d[K{i}]\n" for i in range(len(attrs)))
+    compute = "".join(
+        _shard_code(j, [var[a] for a in source_attrs], sc, ns, "        ")
+        for j, (sc, _, source_attrs) in enumerate(plans)
+    )
+    gets = "".join(f"    g{j} = d.get(G{j})\n" for j in range(len(plans)))
+    agree = " and ".join(f"(g{j} is None or g{j} == s{j})" for j in range(len(plans)))
+    sets = "".join(f"        d[G{j}] = s{j}\n" for j in range(len(plans)))
+    body = (
+        "    try:\n"
+        f"{reads}{compute}"
+        "    except (KeyError, UNHASHABLE):\n"
+        "        return False\n"
+        f"{gets}"
+        f"    if {agree}:\n"
+        f"{sets}"
+        "        return True\n"
+        "    return False\n"
+    )
+    fn: ObjectFiller = _build("d", body, ns)
     return fn

@@ -5,8 +5,8 @@
   a detached object handed to ``bulk_save_objects`` carries a shard that agrees with its
   sources). A shard the caller set by hand is left alone and checked at flush.
 * ``before_insert`` computes the shard (evaluating and storing Python defaults of the
-  sources) and stores it as a ``ComputedShard``, which the engine hook accepts without
-  hashing the row again.
+  sources) and counts the row (``sharded_orm.write.trust``), so the engine hook accepts
+  it without hashing it again.
 * ``before_update`` evaluates a source's Python ``onupdate`` (so the value stored is the
   value hashed), recomputes the shard when a source changed, and sends every non-key
   source so the engine hook can check the whole row.
@@ -24,11 +24,11 @@ from sqlalchemy.orm import Mapper, attributes
 from sqlalchemy.orm.attributes import flag_modified, instance_dict
 
 from sharded_orm.errors import ShardingError, ShardValueError
-from sharded_orm.schema.columns import ComputedShard, ShardColumn, is_shard_column, shard_columns
-from sharded_orm.spanner import is_spanner
-from sharded_orm.write.fastpath import row_shard
+from sharded_orm.schema.columns import ShardColumn, is_shard_column, shard_columns
+from sharded_orm.write.fastpath import object_filler, row_shard
 from sharded_orm.write.rows import mismatch
 from sharded_orm.write.sql import MISSING, evaluate_default, evaluate_onupdate
+from sharded_orm.write.trust import counter, forget
 
 Plan = tuple[ShardColumn, str, tuple[str, ...]]
 
@@ -80,9 +80,23 @@ def install_mapper_events(mapper: Mapper[Any]) -> None:
     }
     column_attrs = [p.key for p in mapper.column_attrs]
 
-    def before_insert(mapper_: Any, connection: Any, target: Any) -> None:
-        d = instance_dict(target)
-        mark = int if is_spanner(connection.dialect) else ComputedShard
+    fill = object_filler([p[:3] for p in plans])
+    tables = [id(t) for t in sharded_tables(mapper)]
+
+    def before_insert(mapper_: Any, connection: Any, state: Any) -> None:
+        d = state.dict
+        try:
+            if not fill(d):
+                _fill_slowly(state, d)
+        except BaseException:
+            forget(connection)
+            raise
+        counts = counter(connection)
+        for t in tables:
+            counts[t] = counts.get(t, 0) + 1
+
+    def _fill_slowly(state: Any, d: Any) -> None:
+        target = state.obj()
         for sc, shard_attr, source_attrs, fn in plans:
             try:
                 shard = fn(d)
@@ -92,7 +106,7 @@ def install_mapper_events(mapper: Mapper[Any]) -> None:
             if given is not None and given != shard:
                 raise mismatch(sc, given, shard)
             # A pending object's INSERT is built from its dict: no history to keep.
-            d[shard_attr] = mark(shard)
+            d[shard_attr] = shard
 
     def before_update(mapper_: Any, connection: Any, target: Any) -> None:
         state = attributes.instance_state(target)
@@ -118,7 +132,7 @@ def install_mapper_events(mapper: Mapper[Any]) -> None:
                 if col not in pk_cols and attr not in changed:
                     flag_modified(target, attr)
 
-    event.listen(mapper, "before_insert", before_insert)
+    event.listen(mapper, "before_insert", before_insert, raw=True)
     event.listen(mapper, "before_update", before_update)
 
 
@@ -169,9 +183,7 @@ def _source_setter(sc: ShardColumn, shard_attr: str, source_attrs: tuple[str, ..
         try:
             new = sc.compute([value if a == me else d[a] for a in source_attrs])
         except (KeyError, ShardingError, TypeError, ValueError):
-            if current.__class__ is ComputedShard:
-                d[shard_attr] = int(current)  # no longer vouched for: the hook checks it
-            return
+            return  # not all known yet, or not hashable: the flush computes or refuses
         if current is None:
             setattr(target, shard_attr, new)
             return
@@ -183,8 +195,6 @@ def _source_setter(sc: ShardColumn, shard_attr: str, source_attrs: tuple[str, ..
             old = None
         if old == current:
             setattr(target, shard_attr, new)  # it was derived from the old sources
-        elif current.__class__ is ComputedShard:
-            d[shard_attr] = int(current)
 
     return on_set
 
