@@ -6,13 +6,14 @@ Used by :mod:`alembic_ext.backfill`.
 from __future__ import annotations
 
 import datetime as dt
+import warnings
 from collections.abc import Callable
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from sharded_orm.errors import ShardConfigError
+from sharded_orm.errors import ShardConfigError, ShardingWarning
 from sharded_orm.retry import RetryPolicy, retry_call
 
 #: Each batch: up to 8 attempts within 120 s (sharded_orm.retry's defaults).
@@ -65,17 +66,26 @@ class Plan:
 
 
 class SqlWriter:
-    """Elsewhere than Spanner: a keyed executemany UPDATE in the reading transaction."""
+    """Elsewhere than Spanner: a keyed executemany UPDATE in the reading transaction.
+
+    Written as SQL text with typed parameters, not as ``update(table)``: the library's
+    write hook would check a shard it cannot compute better than the backfill does (and
+    refuse the naive datetimes SQLite hands back); its raw-SQL warning is silenced for
+    this one statement, which is the backfill's own."""
 
     def __init__(self, engine: Engine, plan: Plan) -> None:
         self.engine = engine
         self.plan = plan
-        params = [f"k{i}" for i in range(len(plan.key))]
-        self.params = params
-        self.stmt = (
-            sa.update(plan.table)
-            .where(*[c == sa.bindparam(p) for c, p in zip(plan.key, params, strict=True)])
-            .values({plan.target.name: sa.bindparam("new_shard")})
+        q = engine.dialect.identifier_preparer.quote
+        self.params = [f"k{i}" for i in range(len(plan.key))]
+        where = " AND ".join(
+            f"{q(c.name)} = :{p}" for c, p in zip(plan.key, self.params, strict=True)
+        )
+        self.stmt = sa.text(
+            f"UPDATE {q(plan.table.name)} SET {q(plan.target.name)} = :new_shard WHERE {where}"
+        ).bindparams(
+            *[sa.bindparam(p, type_=c.type) for c, p in zip(plan.key, self.params, strict=True)],
+            sa.bindparam("new_shard", type_=plan.target.type),
         )
 
     def batch(self, null_only: bool, after: list[Any] | None, limit: int, fix: Fix) -> int:
@@ -99,7 +109,9 @@ class SqlWriter:
                     {**dict(zip(self.params, key, strict=True)), "new_shard": value}
                     for key, value in changes
                 ]
-                conn.execute(self.stmt, args)
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", ShardingWarning)
+                    conn.execute(self.stmt, args)
         self.last = rows[-1] if rows else None
         return len(rows)
 

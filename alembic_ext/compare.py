@@ -46,6 +46,7 @@ from .ops import (
     SpannerDropIndexOp,
     VerifyShardOp,
 )
+from .render import chain_render_item
 from .shaping import (
     index_warnings,
     order_in_table,
@@ -351,4 +352,8 @@ class _Rewriter:
 
 def rewrite_for_spanner(autogen_context: AutogenContext, upgrade_ops: ops.UpgradeOps) -> None:
     """The plugin's comparator: rewrite Alembic's finished ops (see the module docstring)."""
+    # our render_item (UTCDateTime with its import, DESC key parts) on every dialect,
+    # before the user's own; Alembic reads it when it renders, after the comparators
+    opts = autogen_context.opts
+    opts["render_item"] = chain_render_item(opts.get("render_item"))
     _Rewriter(autogen_context).run(upgrade_ops)
