@@ -266,3 +266,32 @@ def test_no_write_stream_runs_in_key_order() -> None:
     report = bulk_load(eng, LogEntry, entries(4000), workers=4, batch_bytes=5_000)
     for ranges in report.write_order.values():
         assert len(ranges) >= 10 and ranges != sorted(ranges)
+
+
+def index_names(engine: sa.Engine) -> list[str]:
+    with engine.connect() as conn:
+        return list(
+            conn.execute(
+                sa.text(
+                    "SELECT INDEX_NAME FROM INFORMATION_SCHEMA.INDEXES "
+                    "WHERE TABLE_NAME = 'LogEntries' AND INDEX_TYPE = 'INDEX'"
+                )
+            ).scalars()
+        )
+
+
+@pytest.mark.emulator
+def test_failed_deferred_load_on_the_emulator_puts_the_index_back(
+    spanner_engine: sa.Engine,
+) -> None:
+    """Item 4 of issue 12: the index was lost for good, and the re-run raised NotFound."""
+    Sharded.metadata.create_all(spanner_engine)
+    rows = entries(300)
+    bulk_load(spanner_engine, LogEntry, rows[150:160])  # a plain insert of all fails
+    with pytest.raises(BulkLoadError, match="not retryable") as info:
+        bulk_load(spanner_engine, LogEntry, rows, defer_indexes=True, workers=1)
+    assert info.value.report.dropped_indexes == []
+    assert index_names(spanner_engine) == ["LogEntriesByCompany"]
+    again = bulk_load(spanner_engine, LogEntry, rows, mode="insert_or_update", defer_indexes=True)
+    assert again.complete and stored(spanner_engine) == expected(rows)
+    assert index_names(spanner_engine) == ["LogEntriesByCompany"]
