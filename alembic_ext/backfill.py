@@ -39,7 +39,9 @@ from sharded_orm.errors import ShardConfigError, ShardTypeError
 from sharded_orm.hashing import FARM_FINGERPRINT, shard_function, validate_algorithm
 from sharded_orm.spanner import is_spanner
 
+from . import reflection
 from .backfill_io import MutationWriter, Plan, SqlWriter, utc
+from .markers import find_marker, spec_digest
 
 
 @dataclass(frozen=True)
@@ -106,6 +108,27 @@ def _check_args(table: object, column: object, sources: object, batch_size: obje
     return list(sources)
 
 
+def _check_marker(
+    conn: Connection, table: str, column: str, sources: list[str], count: int, algorithm: str
+) -> None:
+    """Refuse a spec that differs from the one the database records for the column."""
+    if is_spanner(conn):
+        names = list(reflection.read_check_constraints(conn, table))
+    else:
+        try:
+            found = sa.inspect(conn).get_check_constraints(table)
+        except NotImplementedError:
+            return
+        names = [str(c["name"]) for c in found if c.get("name")]
+    marker = find_marker(table, column, names)
+    if marker is not None and marker.digest != spec_digest(algorithm, count, tuple(sources)):
+        raise ShardConfigError(
+            f"{table}.{column} is recorded as a shard of count={marker.count} with another "
+            f"spec (marker {marker.name}), but this backfill asks for count={count}, "
+            f"algorithm={algorithm!r}, sources={sources}: rows filled so would be unfindable"
+        )
+
+
 def backfill_shard(
     bind: Engine | Connection,
     table: str,
@@ -137,6 +160,7 @@ def backfill_shard(
     with engine.connect() as conn:
         plan = Plan(conn, table, column, srcs)
         target = plan.target
+        _check_marker(conn, table, column, srcs, count, algorithm)
         out_of_range = conn.execute(
             sa.select(sa.func.count()).where(
                 target.is_not(None), sa.or_(target < 0, target >= count)
@@ -251,25 +275,30 @@ def _partitioned(
     report: ProgressCallback | None,
     start: float,
 ) -> BackfillResult:
-    from sharded_orm.spanner.expressions import shard_sql
+    """Both passes in Spanner: ``sharded_orm.load.backfill_server`` with ``fix_stale``
+    (``WHERE col IS NULL OR col != <expr>``), then its closing count of mismatches."""
+    from sharded_orm.load.backfill_server import backfill_server_side
 
-    q = engine.dialect.identifier_preparer.quote
-    expr = shard_sql(plan.sources, count, q)
-    col = q(plan.target.name)
-    sql = f"UPDATE {q(plan.table.name)} SET {col} = {expr} WHERE {col} IS NULL OR {col} != {expr}"
-    with engine.connect() as conn:
-        raw: Any = conn.connection.dbapi_connection
-        changed = raw.database.execute_partitioned_dml(sql)
+    res = backfill_server_side(
+        engine, plan.table.name, plan.target.name, sources=[c.name for c in plan.sources],
+        count=count, algorithm=FARM_FINGERPRINT, fix_stale=True, progress_mode="off",
+    )  # fmt: skip
+    if res.mismatched:
+        raise ShardConfigError(
+            f"{plan.table.name}.{plan.target.name}: {res.mismatched} row(s) still disagree "
+            "with their sources after the backfill (written meanwhile by code that does not "
+            "fill the column?): run the backfill again"
+        )
     elapsed = time.monotonic() - start
-    fixed = max(0, int(changed or 0) - total)
+    fixed = max(0, res.rows_updated - total)
     if report is not None:
         report(
             BackfillProgress(
-                plan.table.name, plan.target.name, total, total, 1, elapsed, "verify", fixed
+                plan.table.name, plan.target.name, total, total, res.rpcs, elapsed, "verify", fixed
             )
         )
     return BackfillResult(
-        plan.table.name, plan.target.name, total, 1, "partitioned_dml", elapsed, 0, fixed
+        plan.table.name, plan.target.name, total, res.rpcs, "partitioned_dml", elapsed, 0, fixed
     )
 
 

@@ -82,6 +82,16 @@ def index_signature(index: sa.Index) -> dict[str, Any]:
     }
 
 
+def _info_signature(info: reflection.IndexInfo) -> dict[str, Any]:
+    return {
+        "columns": list(info.columns),
+        "unique": info.unique,
+        "storing": sorted(info.storing),
+        "null_filtered": info.null_filtered,
+        "interleave_in": info.interleave_in,
+    }
+
+
 def idempotent_sql(sql: str) -> str:
     """``sql`` with Spanner's ``IF [NOT] EXISTS`` where the statement kind has one."""
     for pattern, repl in _IDEMPOTENT:
@@ -240,8 +250,32 @@ class SpannerImpl(DefaultImpl):
         super().drop_constraint(const, **kw)
 
     def drop_index(self, index: Any, **kw: Any) -> None:
+        self._check_index_unneeded(index)
         self._dropped.add(("index", str(index.name)))
         super().drop_index(index, **kw)
+
+    def _check_index_unneeded(self, index: Any) -> None:
+        """On upgrade, refuse to drop an index that the models declare exactly as it
+        exists: sharded queries through it would fail (a changed index, dropped to be
+        re-created, differs from the model, so it passes)."""
+        conn = self._online()
+        fn = getattr(self.context_opts.get("fn"), "__name__", "")
+        md = self.context_opts.get("target_metadata")
+        if conn is None or fn != "upgrade" or md is None:
+            return
+        mds = md if isinstance(md, (list, tuple)) else [md]
+        declared = [
+            i for m in mds for t in m.tables.values() for i in t.indexes if i.name == index.name
+        ]
+        if not declared:
+            return
+        real = [i for i in reflection.read_indexes(conn).values() if i.name == index.name]
+        if real and _info_signature(real[0]) == index_signature(declared[0]):
+            raise MigrationError(
+                f"cannot drop index {index.name}: the models still declare it, unchanged, so "
+                "sharded_select(index=...) and FORCE_INDEX through it would fail. Remove it "
+                "from the models first (and switch its readers to its replacement)."
+            )
 
     def alter_index_storing(self, index: str, add: list[str], drop: list[str]) -> None:
         """``ALTER INDEX ... ADD|DROP STORED COLUMN``, each skipped when already done."""

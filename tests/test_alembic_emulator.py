@@ -151,6 +151,35 @@ def test_dropping_a_shard_column_still_indexed_is_refused(project: Any) -> None:
         proj.upgrade()
 
 
+def test_dropping_an_index_the_models_still_declare_is_refused(project: Any) -> None:
+    proj, engine = project
+    proj.revision(_logs(8, "Shard8"), "init")
+    proj.upgrade()
+    versions = Path(proj.cfg.get_main_option("script_location") or "") / "versions"
+    (versions / "bad_drop_index.py").write_text(
+        "from alembic import op\n"
+        "revision = 'bad_drop_index'\n"
+        f"down_revision = {_head(proj)!r}\n"
+        "def upgrade():\n"
+        "    op.drop_index('LogsByShard8', table_name='Logs')\n"
+        "def downgrade():\n"
+        "    pass\n"
+    )
+    with pytest.raises(ShardConfigError, match="the models still declare it, unchanged"):
+        proj.upgrade()
+    assert "LogsByShard8" in _indexes(engine)
+
+
+def test_backfill_refuses_a_spec_the_marker_contradicts(project: Any) -> None:
+    proj, engine = project
+    proj.revision(_logs(8, "Shard8"), "init")
+    proj.upgrade()
+    for change in ({"count": 16}, {"algorithm": "farm_fingerprint"}, {"sources": ["Ts"]}):
+        kw: dict[str, Any] = {"sources": ["CompanyId", "Ts"], "count": 8, **change}
+        with pytest.raises(ShardConfigError, match="recorded as a shard of count=8"):
+            backfill_shard(engine, "Logs", "Shard8", progress=False, **kw)
+
+
 def _head(proj: Project) -> str:
     from alembic.script import ScriptDirectory
 
