@@ -91,7 +91,7 @@ class _Pooled:
         if self._raw is None:
             from sharded_orm.spanner.mutations import RawSpanner, database_of
 
-            self._raw = RawSpanner(database_of(self.engine))
+            self._raw = RawSpanner(database_of(self.engine), per_thread=False)  # under the lock
         return self._raw
 
     def _reserve(self, timeout: float) -> list[int]:

@@ -77,17 +77,20 @@ class RawSpanner:
     is 3,600 s) and the DB-API replays ABORTED transactions internally, so retries of our
     own nest under the client's and a dead server is noticed after an hour. Every call
     here passes ``retry=None`` and the caller's ``timeout``: :mod:`sharded_orm.retry`
-    decides alone. One session per thread, created on first use, deleted by :meth:`close`.
+    decides alone. One session per thread (or one in all, ``per_thread=False``), created on
+    first use, deleted by :meth:`close`.
     """
 
-    def __init__(self, database: Any) -> None:
+    def __init__(self, database: Any, *, per_thread: bool = True) -> None:
         self.database = database
         self.api = database.spanner_api
         self.metadata = [
             ("google-cloud-resource-prefix", database.name),
             ("x-goog-spanner-route-to-leader", "true"),
         ]
-        self._local = threading.local()
+        # a session per thread for parallel commits; one for all when calls are serial
+        # (an id pool reserves under its lock), so no thread leaves a session behind
+        self._local: Any = threading.local() if per_thread else _Slot()
         self._lock = threading.Lock()
         self._sessions: set[str] = set()
 
@@ -240,6 +243,12 @@ class RawTransaction:
     def update(self, sql: str, params: dict[str, int | str]) -> int:
         """Run a DML statement; the number of rows it changed."""
         return int(self._execute(sql, params).stats.row_count_exact)
+
+
+class _Slot:
+    """The shared stand-in for ``threading.local``: one ``session`` attribute for all."""
+
+    session: str | None = None
 
 
 def _cell(value: Any) -> Any:
