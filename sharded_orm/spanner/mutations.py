@@ -1,7 +1,9 @@
-"""The Spanner half of ``bulk_load``: rows written through google-cloud-spanner's mutations.
+"""Spanner calls sent by the library itself: bulk_load's mutations, the id pools' blocks.
 
-``sharded_orm.load.bulk`` imports this module only when the bind is Spanner, because the
-database handle and the stand-in dialect come from google-cloud-spanner.
+``sharded_orm.load.bulk`` and ``sharded_orm.ids.sequences`` import this module only when
+the bind is Spanner, because the database handle and the stand-in dialect come from
+google-cloud-spanner. :class:`RawSpanner` sends every call with our timeout and with the
+client's own retries off, so :mod:`sharded_orm.retry` alone decides what is retried.
 
 Mutations bypass SQLAlchemy, so nothing converts values on the way: this module applies
 each column type's bind processor for the Spanner dialect, as a DML insert would: a
