@@ -16,6 +16,8 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from hypothesis import given
+from hypothesis import strategies as st
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from sharded_orm import (
@@ -35,6 +37,7 @@ from sharded_orm.tools.doctor import (
     query_for,
 )
 from sharded_orm.tools.doctor.keys import Catalog
+from sharded_orm.tools.simulate.instance import key_part_text
 from tests.seed_models import LogEntry, User, UserSession
 
 T0 = dt.datetime(2026, 11, 23, 10, 0, tzinfo=dt.timezone.utc)
@@ -412,3 +415,38 @@ def test_cli_reads_a_spanner_url(mock_spanner: Any, capsys: pytest.CaptureFixtur
     out = capsys.readouterr().out
     assert code == 1
     assert "Logs" in out and "monotonic" in out and "SO101" in out
+
+
+def test_cli_heatmap(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("matplotlib")
+    export = tmp_path / "splits.json"
+    export.write_text(json.dumps(SCENARIOS["timestamp_key"], default=str))
+    png = tmp_path / "hot.png"
+    args = ["doctor", str(export), "tests.test_doctor:MODELS", "--heatmap", str(png)]
+    assert main(args) == 1
+    assert png.stat().st_size > 1000 and f"heatmap: {png}" in capsys.readouterr().out
+
+
+# --- the key format round-trips (the simulator writes it, the doctor reads it) ----------------
+
+_parts = st.one_of(
+    st.integers(min_value=-(2**63), max_value=2**63 - 1),
+    st.text(max_size=20),
+    st.datetimes(min_value=dt.datetime(1970, 1, 2), max_value=dt.datetime(2200, 1, 1)).map(
+        lambda d: d.replace(tzinfo=dt.timezone.utc)
+    ),
+)
+
+
+@given(st.lists(_parts, max_size=5))
+def test_key_text_round_trips(values: list[Any]) -> None:
+    text = f"Some_Table({','.join(key_part_text(v) for v in values)})"
+    raw = parse_key(text)
+    assert raw.name == "Some_Table" and len(raw.parts) == len(values)
+    for value, part in zip(values, raw.parts, strict=True):
+        if isinstance(value, str):
+            assert part == value
+        elif isinstance(value, int):
+            assert int(part.text) == value
+        else:
+            assert dt.datetime.fromisoformat(part.text.replace("Z", "+00:00")) == value

@@ -92,6 +92,9 @@ class Diagnosis:
             "findings": [f.as_dict() for f in self.findings],
         }
 
+    def __str__(self) -> str:
+        return self.table()
+
     def table(self) -> str:
         from sharded_orm.tools.doctor.report import text_report
 
