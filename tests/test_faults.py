@@ -67,7 +67,7 @@ class Setup:
 
 
 @pytest.fixture
-def setup(spanner_emulator: Any) -> Iterator[Setup]:
+def setup(spanner_emulator: Any, spanner_faults: FaultProxy) -> Iterator[Setup]:
     db = spanner_emulator.create_database(
         [
             "CREATE TABLE Short (K INT64 NOT NULL, V STRING(5)) PRIMARY KEY (K)",
@@ -76,13 +76,12 @@ def setup(spanner_emulator: Any) -> Iterator[Setup]:
     )
     direct = spanner_emulator.engine(db)
     Sharded.metadata.create_all(direct, tables=[LogEntry.__table__])
-    with FaultProxy(spanner_emulator.host) as proxy:
-        engine = proxy.emulator(spanner_emulator).engine(db)
-        try:
-            yield Setup(proxy, engine, direct, spanner_emulator, db)
-        finally:
-            engine.dispose()
-            direct.dispose()
+    engine = spanner_faults.emulator(spanner_emulator).engine(db)
+    try:
+        yield Setup(spanner_faults, engine, direct, spanner_emulator, db)
+    finally:
+        engine.dispose()
+        direct.dispose()
 
 
 def entries(n: int, start: int = 0) -> list[dict[str, Any]]:

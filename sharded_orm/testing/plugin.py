@@ -8,6 +8,8 @@ Fixtures
     ``spanner_emulator`` (session): an :class:`~sharded_orm.testing.emulator.Emulator`.
     ``spanner_engine``: a SQLAlchemy engine on a fresh database of that emulator.
     ``mock_spanner``: a started :class:`~sharded_orm.testing.mock.MockSpanner`.
+    ``spanner_faults``: a :class:`~sharded_orm.testing.faults.FaultProxy` in front of the
+    emulator; ``spanner_faults.emulator(spanner_emulator).engine(db)`` talks through it.
 
 Where no emulator exists, tests using it are skipped with the reason, unless ``CI`` is
 set to a true value or ``--require-emulator`` is given: then they fail.
@@ -22,7 +24,7 @@ from typing import Any
 
 import pytest
 
-EMULATOR_FIXTURES = frozenset({"spanner_emulator", "spanner_engine"})
+EMULATOR_FIXTURES = frozenset({"spanner_emulator", "spanner_engine", "spanner_faults"})
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -129,6 +131,15 @@ def spanner_engine(spanner_emulator: Any) -> Iterator[Any]:
         # dropping is only housekeeping: a failure to drop is not the test's failure
         with contextlib.suppress(Exception):
             spanner_emulator.drop_database(database_id)
+
+
+@pytest.fixture
+def spanner_faults(spanner_emulator: Any) -> Iterator[Any]:
+    """A fault-injecting gRPC proxy in front of the emulator (closed afterwards)."""
+    from sharded_orm.testing.faults import FaultProxy
+
+    with FaultProxy(spanner_emulator.host) as proxy:
+        yield proxy
 
 
 @pytest.fixture
