@@ -35,6 +35,7 @@ from sharded_orm.tools.simulate import (
     simulate,
     text_heatmap,
 )
+from sharded_orm.tools.simulate.instance import desc_inverse
 
 EXAMPLES = Path(__file__).parent.parent / "examples"
 
@@ -305,3 +306,38 @@ def test_cli_simulate_heatmap(sim_models: Path, capsys: pytest.CaptureFixture[st
     assert main([*args, "--heatmap", str(out)]) == 0
     assert out.read_bytes()[:4] == b"\x89PNG"
     assert f"heatmap: {out}" in capsys.readouterr().out
+
+
+# --- what Spanner's split statistics would show -----------------------------------------------
+
+
+def test_hot_split_rows_in_the_statistics_shape() -> None:
+    workload = Workload(rows_per_second=4000, duration=180)
+    comparison = simulate({"ts": TsFirstDesc, "sharded": ShardFirst}, workload, Instance(nodes=4))
+    rows = comparison.hot_split_rows()
+    assert isinstance(rows, dict) and rows["sharded"] == []  # 250 writes/s a shard: cool
+    hot = rows["ts"]
+    ends = [r["INTERVAL_END"] for r in hot]
+    start = workload.start
+    assert ends == [start + dt.timedelta(minutes=m) for m in (1, 2, 3)]
+    for r in hot:
+        assert r["CPU_USAGE_SCORE"] == 100  # 4000 writes/s on one split, 3500 a node
+        assert r["AFFECTED_TABLES"] == ["ts_first_desc"] and r["UNSPLITTABLE_REASONS"] == []
+        # the descending key writes at the start of the table: from ts_first_desc() on
+        assert r["SPLIT_START"] == "ts_first_desc()"
+        assert r["SPLIT_LIMIT"].startswith("ts_first_desc(20")
+    single = simulate(TsFirst, workload, Instance(nodes=4)).hot_split_rows()
+    assert isinstance(single, list) and {r["SPLIT_LIMIT"] for r in single} == {"<end>"}
+
+
+@given(st.text(max_size=30))
+def test_desc_inverse_undoes_desc_transform_for_strings(s: str) -> None:
+    col = sa.Column("s", sa.String)
+    assert desc_inverse(col)(desc_transform(col)(s)) == s
+
+
+@given(st.datetimes(min_value=dt.datetime(1971, 1, 1), max_value=dt.datetime(2200, 1, 1)))
+def test_desc_inverse_undoes_desc_transform_for_timestamps(when: dt.datetime) -> None:
+    col = sa.Column("t", UTCDateTime)
+    value = when.replace(tzinfo=dt.timezone.utc)
+    assert desc_inverse(col)(desc_transform(col)(value)) == value
