@@ -262,13 +262,13 @@ def _resolve(table: Table) -> tuple[ShardColumn, ...]:
                     f"shard column {col.name!r} takes another shard column, {s.name!r}, "
                     "as a source; hash the original sources instead"
                 )
+            check_source_declaration(col, spec.server_side, s)
             if s.server_default is not None and not spec.server_side:
                 raise ShardConfigError(
                     f"shard source {s.name!r} of {col.name!r} gets its value from the server "
                     "(server_default/Computed), so the client cannot hash it; give it a "
                     "client-side default, or use server_side=True on Spanner"
                 )
-            check_source_declaration(col, spec.server_side, s)
         found.append(make_shard_column(col, spec, sources))
     return tuple(found)
 

@@ -9,6 +9,8 @@ Configure on the class (defaults shown)::
     class Event(TimestampShardedMixin, Base):
         __tablename__ = "Events"
         __shard_count__ = 16                   # N
+        __shard_algorithm__ = "crc32"          # "farm_fingerprint" with ...
+        __shard_server_side__ = False          # ... True: Spanner computes it (new models)
         __shard_column_name__ = "ShardId"
         __timestamp_column_name__ = "Timestamp"
         __id_column_name__ = "EventId"
@@ -46,6 +48,9 @@ class TimestampShardedMixin:
 
     __shard_count__: ClassVar[int] = 16
     __shard_algorithm__: ClassVar[str] = "crc32"
+    #: ``True`` (with ``__shard_algorithm__ = "farm_fingerprint"``): Spanner computes the
+    #: shard as a STORED generated column, the recommended setting for new Spanner models.
+    __shard_server_side__: ClassVar[bool] = False
     __shard_column_name__: ClassVar[str] = "ShardId"
     __timestamp_column_name__: ClassVar[str] = "Timestamp"
     __id_column_name__: ClassVar[str] = "EventId"
@@ -56,6 +61,7 @@ class TimestampShardedMixin:
             "timestamp",
             count=cls.__shard_count__,
             algorithm=cls.__shard_algorithm__,
+            server_side=cls.__shard_server_side__,
             name=cls.__shard_column_name__,
             primary_key=True,
             autoincrement=False,
