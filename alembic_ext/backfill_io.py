@@ -86,7 +86,7 @@ class SqlWriter:
         ).bindparams(
             *[sa.bindparam(p, type_=c.type) for c, p in zip(plan.key, self.params, strict=True)],
             sa.bindparam("new_shard", type_=plan.target.type),
-        )
+        ).execution_options(sharded_orm_raw_sql_ok=True)  # it writes computed shards
 
     def batch(self, null_only: bool, after: list[Any] | None, limit: int, fix: Fix) -> int:
         """Read the next rows (the NULL ones, or those after key ``after``), write what

@@ -178,6 +178,9 @@ _WRITE = re.compile(
     re.IGNORECASE,
 )
 _warned: set[str] = set()
+#: Execution option for raw SQL that keeps the shard right itself (e.g. a backfill that
+#: writes computed shards): ``text(...).execution_options(sharded_orm_raw_sql_ok=True)``.
+RAW_SQL_OK = "sharded_orm_raw_sql_ok"
 
 
 def raw_sql_writes(sql: str) -> list[str]:
@@ -207,7 +210,8 @@ def _before_cursor_execute(
     conn: Connection, cursor: Any, statement: str, parameters: Any, context: Any, many: bool
 ) -> None:
     compiled = getattr(context, "compiled", None)
-    if compiled is None or isinstance(compiled.statement, TextClause):
+    raw = compiled is None or isinstance(compiled.statement, TextClause)
+    if raw and not context.execution_options.get(RAW_SQL_OK):
         _warn_raw(statement)
 
 
