@@ -1,7 +1,9 @@
 """The seeds' hotspot claims, replayed with ``sharded_orm.simulate`` (and linted).
 
 Run ``python examples/hotspots.py`` for the figures in ``docs/hotspots.md``;
-``--heatmaps DIR`` also writes the PNGs; ``--scale 0.1`` runs a tenth of the traffic.
+``--heatmaps DIR`` also writes the PNGs; ``--scale 0.1`` runs a tenth of the traffic;
+``--doctor`` also runs ``sharded_orm.doctor`` on the split statistics each schema is
+expected to produce (``hot_split_rows()``), as it would on production's.
 
 Scenarios (each a naive schema and the seeds' fixes, as declarative models):
 
@@ -26,6 +28,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from sharded_orm import ShardedIndex, UTCDateTime, key_column, shard_column
+from sharded_orm.tools.doctor import doctor
 from sharded_orm.tools.lint import lint
 from sharded_orm.tools.simulate import Comparison, Instance, Workload, simulate
 
@@ -184,6 +187,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--scale", type=float, default=1.0, help="fraction of the traffic")
     parser.add_argument("--heatmaps", default=None, help="directory for the PNG heatmaps")
     parser.add_argument("--only", default=None, help="one scenario by name")
+    parser.add_argument(
+        "--doctor", action="store_true", help="diagnose the split statistics each schema predicts"
+    )
     args = parser.parse_args(argv)
     naive = lint(Naive)
     print(f"lint, naive schemas: {len(naive)} findings")
@@ -199,6 +205,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(comparison.summary(heat=png is None))
         if png:
             print(f"heatmap: {png}")
+        if args.doctor:
+            schemas = scenarios(args.scale)[name][0]
+            for r in comparison.results:
+                rows = r.hot_split_rows()
+                report = doctor(rows, [schemas[r.name]]).table() if rows else "no hot splits"
+                print(f"\ndoctor, {r.name}:\n{report}")
     return 0
 
 

@@ -327,8 +327,8 @@ def _classify_range(
                 if mono == 0
                 else f"each value's range (tenant {tenant!r} is the busy one)"
             )
-            + f'. Make it a ShardedIndex({name!r}, {index_cols}, shard="{hot_col}ShardId") with '
-            f"{hot_col}ShardId = shard_column({src}, count=N) (about 10 x the node count). "
+            + f'. Make it a ShardedIndex({name!r}, {index_cols}, shard="ShardId") with '
+            f"ShardId = shard_column({src}, count=N) (about 10 x the node count). "
             f"Lint rule {index_rule} flags this index.",
             rows,
             window,
