@@ -286,8 +286,8 @@ def _classify_range(
                 name,
                 kind,
                 "tenant_skew",
-                f"tenant {top_tenant!r} writes at the end of {len(shards)} of the {count} "
-                f"shards of {name} and they are still hot: {count} shards are too few for "
+                f"tenant {top_tenant!r} is hot where its new rows go, in {len(shards)} of "
+                f"the {count} shards of {name}: {count} shards are too few for "
                 f"that tenant's write rate. {reshard[0].upper()}{reshard[1:]}. "
                 "Simulate the new count first (sharded-orm simulate with that tenant's "
                 "weight). No lint rule can see a rate.",
@@ -302,7 +302,7 @@ def _classify_range(
             name,
             kind,
             "monotonic",
-            f"every shard of {scol.name} is hot at its end ({hot_col} grows): {count} "
+            f"every shard of {scol.name} is hot where new rows go ({hot_col} grows): {count} "
             f"shards are too few for the write rate. {reshard[0].upper()}{reshard[1:]}.",
             rows,
             window,
@@ -321,7 +321,7 @@ def _classify_range(
             "unsharded_index",
             f"index {name} has no shard column and {hot_col} "
             + ("leads it" if mono == 0 else f"follows {', '.join(c.name for c, _ in cols[:mono])}")
-            + ": every insert lands at the end of "
+            + ": every insert lands at the same end of "
             + (
                 "the index"
                 if mono == 0
@@ -354,14 +354,14 @@ def _classify_range(
         )
     else:
         fix = (
-            f"{table.name}'s key "
+            f"the key of {table.name} "
             + (
                 f"starts with {hot_col}"
                 if mono == 0
                 else f"has {hot_col} after " + ", ".join(c.name for c, _ in cols[:mono])
             )
-            + ", which grows with time: every insert appends at the end"
-            + (f" (of tenant {tenant!r}'s range)" if tenant is not None else "")
+            + ", which grows with time: every insert goes to the same end"
+            + (f" (of tenant {tenant!r}'s keys)" if tenant is not None else "")
             + f". Lead the key with a shard column: ShardId = shard_column({src}, count=N) "
             "(about 10 x the node count) as the first primary key part, or put a spread "
             "column (UserId, a UUID v4) first."
