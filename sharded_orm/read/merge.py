@@ -39,10 +39,12 @@ from sharded_orm.read.order import (
     after_condition,
     at_or_before_condition,
     check_nulls,
-    order_columns,
     plain,
     require_plan,
     sort_key,
+)
+from sharded_orm.read.order import (
+    order_columns as order_columns,  # re-exported: sharded_orm imports it from here
 )
 from sharded_orm.spanner import is_spanner
 
