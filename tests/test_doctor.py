@@ -162,7 +162,7 @@ def test_seed_scenarios_from_rows(name: str) -> None:
     assert diagnosis.findings[0].hot_seconds >= 12 * 60
 
 
-def _result_set(rows: list[dict[str, Any]]) -> Any:
+def _result_set(rows: list[dict[str, Any]], reasons: bool = True) -> Any:
     from google.cloud.spanner_v1.types import result_set as rs
     from google.cloud.spanner_v1.types import type as st
     from google.protobuf import struct_pb2
@@ -176,7 +176,7 @@ def _result_set(rows: list[dict[str, Any]]) -> Any:
         ("CPU_USAGE_SCORE", st.Type(code=st.TypeCode.INT64)),
         ("AFFECTED_TABLES", array),
         ("UNSPLITTABLE_REASONS", array),
-    ]
+    ][: 6 if reasons else 5]
     meta = rs.ResultSetMetadata(
         row_type=st.StructType(fields=[st.StructType.Field(name=n, type_=t) for n, t in fields])
     )
@@ -450,3 +450,12 @@ def test_key_text_round_trips(values: list[Any]) -> None:
             assert int(part.text) == value
         else:
             assert dt.datetime.fromisoformat(part.text.replace("Z", "+00:00")) == value
+
+
+def test_an_instance_without_unsplittable_reasons(mock_spanner: Any) -> None:
+    """Older instances have no UNSPLITTABLE_REASONS column: doctor reads without it."""
+    engine = mock_spanner.engine()
+    sql = str(sa.text(query_for("minute", reasons=False)).compile(engine))
+    mock_spanner.add_result(sql, _result_set(SCENARIOS["sequence"], reasons=False))
+    diagnosis = doctor(engine, MODELS, since=T0 - dt.timedelta(hours=1))
+    assert diagnosis.findings[0].pattern == "sequence"

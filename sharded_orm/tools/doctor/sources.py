@@ -51,11 +51,15 @@ class SplitRow:
     unsplittable_reasons: tuple[str, ...] = ()
 
 
-def query_for(window: str) -> str:
-    """The SQL doctor sends for ``window`` (a fixed text: no identifier comes from input)."""
+def query_for(window: str, *, reasons: bool = True) -> str:
+    """The SQL doctor sends for ``window`` (a fixed text: no identifier comes from input).
+
+    ``reasons=False`` leaves out ``UNSPLITTABLE_REASONS``, which older instances lack.
+    """
+    extra = ", UNSPLITTABLE_REASONS" if reasons else ""
     return (
-        "SELECT INTERVAL_END, SPLIT_START, SPLIT_LIMIT, CPU_USAGE_SCORE, AFFECTED_TABLES, "
-        f"UNSPLITTABLE_REASONS FROM {VIEWS[window]} "
+        "SELECT INTERVAL_END, SPLIT_START, SPLIT_LIMIT, CPU_USAGE_SCORE, AFFECTED_TABLES"
+        f"{extra} FROM {VIEWS[window]} "
         "WHERE INTERVAL_END >= :since ORDER BY INTERVAL_END, CPU_USAGE_SCORE DESC"
     )
 
@@ -156,7 +160,13 @@ def rows_from_engine(engine: Any, window: str, since: dt.datetime) -> list[dict[
     emulator = _is_emulator(engine)
     try:
         with engine.connect() as conn:
-            result = conn.execute(text(query_for(window)), {"since": since})
+            try:
+                result = conn.execute(text(query_for(window)), {"since": since})
+            except Exception as exc:
+                if "UNSPLITTABLE_REASONS" not in str(getattr(exc, "orig", exc).__cause__ or exc):
+                    raise
+                conn.rollback()  # an instance from before the column: read without it
+                result = conn.execute(text(query_for(window, reasons=False)), {"since": since})
             rows = [dict(r._mapping) for r in result]
     except Exception as exc:
         if emulator:
