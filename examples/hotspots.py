@@ -59,7 +59,7 @@ def sharded_log_entry(shards: int, base: type[DeclarativeBase] | None = None) ->
     class Base(DeclarativeBase):
         pass
 
-    class LogEntry(base or Base):  # type: ignore[misc,valid-type]
+    class LogEntry(base or Base):  # type: ignore[misc]
         __tablename__ = "LogEntries"
         company_id: Mapped[str] = mapped_column("CompanyId", sa.String(64), primary_key=True)
         user_id: Mapped[str] = mapped_column("UserId", sa.String(64), primary_key=True)

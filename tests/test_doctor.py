@@ -61,12 +61,12 @@ class Order(Prod):
 
     __tablename__ = "Orders"
     id: Mapped[int] = mapped_column(
-        "OrderId", sa.BigInteger, primary_key=True, default=lambda: next(_orders)
+        "OrderId",
+        sa.BigInteger,
+        primary_key=True,
+        default=lambda: next(_orders),
+        info={"sharded_orm.sequential": True},  # a client-side counter
     )
-    __table_args__ = {"info": {}}
-
-
-Order.__table__.c.OrderId.info["sharded_orm.sequential"] = True  # type: ignore[attr-defined]
 
 
 class Counter(Prod):
