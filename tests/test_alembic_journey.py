@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import datetime as dt
 import io
+import re
 import time
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
@@ -65,6 +66,8 @@ def models(
     layouts: tuple[tuple[str, int, tuple[str, ...], str], ...] = (L10,),
     users: bool = True,
     bare: tuple[str, int, tuple[str, ...]] | None = None,
+    users_desc: bool = True,
+    interleaved: bool = True,
 ) -> sa.MetaData:
     """The seeds' four models (plus a Text column), as a given revision declares them."""
 
@@ -99,7 +102,7 @@ def models(
             __tablename__ = "Users"
             user_id: Mapped[int] = key_column("UserId", sa.BigInteger, autoincrement=False)
             last_access: Mapped[dt.datetime] = key_column(
-                "LastAccessTimestamp", UTCDateTime, descending=True
+                "LastAccessTimestamp", UTCDateTime, descending=users_desc
             )
             name: Mapped[str | None] = mapped_column("Name", sa.String(100))
             if email:
@@ -118,7 +121,7 @@ def models(
                 ShardedIndex(
                     "SessionsByDevice", "Device", shard="DeviceShard", null_filtered=null_filtered
                 ),
-                interleave_in("Users", on_delete_cascade=True),
+                *([interleave_in("Users", on_delete_cascade=True)] if interleaved else []),
             )
 
     class Event(TimestampShardedMixin, Base):
@@ -422,3 +425,57 @@ def test_reshard_in_one_revision_is_refused(project: Any) -> None:
     same_name = ("EntryShardId16", 16, ("company_id", "ts"), "LogEntriesByCompany")
     with pytest.raises(CommandError, match="keeps its name but is now led by the new shard"):
         proj.revision(models(layouts=(same_name,), bare=L10[:3]), "same index name")
+
+
+def test_first_revision_is_one_update_database_ddl_on_the_wire(
+    tmp_path: Path, spanner_emulator: Any, request: pytest.FixtureRequest
+) -> None:
+    """Counted by the server: the seeds' revision (written by autogenerate on the
+    emulator) run against the mock server sends exactly one UpdateDatabaseDdl."""
+    import importlib.util
+
+    from alembic.operations import Operations
+    from alembic.runtime.migration import MigrationContext
+
+    url = spanner_emulator.url(spanner_emulator.create_database())
+    proj = Project(tmp_path, url)
+    proj.revision(models(), "seeds")
+    versions = Path(proj.cfg.get_main_option("script_location") or "") / "versions"
+    (path,) = versions.glob("*.py")
+    spec = importlib.util.spec_from_file_location("seeds_revision", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+
+    mock_spanner = request.getfixturevalue("mock_spanner")  # after the emulator's part
+    engine = mock_spanner.engine()
+    mock_spanner.clear()
+    with engine.connect() as conn:
+        ctx = MigrationContext.configure(conn)
+        with Operations.context(ctx):
+            module.upgrade()
+        ctx.impl.flush_ddl()  # what the version row's write does at the end of a revision
+    requests = [r for r in mock_spanner.admin_svc.requests if hasattr(r, "statements")]
+    assert len(requests) == 1
+    statements = list(requests[0].statements)
+    assert len(statements) == 7  # 4 tables, 3 indexes
+    assert all("IF NOT EXISTS" in s for s in statements)
+
+
+@pytest.mark.parametrize(
+    ("change", "fragment"),
+    [
+        ({"users_desc": False}, "Users: primary key (UserId, LastAccessTimestamp DESC) -> "),
+        ({"interleaved": False}, "UserSessions: INTERLEAVE IN PARENT Users -> None"),
+    ],
+)
+def test_key_order_or_parent_change_stops_check(
+    project: Any, change: dict[str, Any], fragment: str
+) -> None:
+    """Reflection reads key directions and the interleave parent: a model that differs
+    fails ``alembic check`` with what to do (Spanner cannot change either in place)."""
+    proj, _, _, _ = project
+    proj.revision(models(), "seeds")
+    proj.upgrade()
+    with pytest.raises(CommandError, match=re.escape(fragment)):
+        proj.check(models(**change))
