@@ -81,12 +81,19 @@ class SqlWriter:
         where = " AND ".join(
             f"{q(c.name)} = :{p}" for c, p in zip(plan.key, self.params, strict=True)
         )
-        self.stmt = sa.text(
-            f"UPDATE {q(plan.table.name)} SET {q(plan.target.name)} = :new_shard WHERE {where}"
-        ).bindparams(
-            *[sa.bindparam(p, type_=c.type) for c, p in zip(plan.key, self.params, strict=True)],
-            sa.bindparam("new_shard", type_=plan.target.type),
-        ).execution_options(sharded_orm_raw_sql_ok=True)  # it writes computed shards
+        self.stmt = (
+            sa.text(
+                f"UPDATE {q(plan.table.name)} SET {q(plan.target.name)} = :new_shard WHERE {where}"
+            )
+            .bindparams(
+                *[
+                    sa.bindparam(p, type_=c.type)
+                    for c, p in zip(plan.key, self.params, strict=True)
+                ],
+                sa.bindparam("new_shard", type_=plan.target.type),
+            )
+            .execution_options(sharded_orm_raw_sql_ok=True)
+        )  # it writes computed shards
 
     def batch(self, null_only: bool, after: list[Any] | None, limit: int, fix: Fix) -> int:
         """Read the next rows (the NULL ones, or those after key ``after``), write what

@@ -153,7 +153,16 @@ class SpannerImpl(DefaultImpl):
         self._added.clear()
         assert self.connection is not None
         raw: Any = self.connection.connection.dbapi_connection
-        raw.database.update_ddl(statements).result()
+        try:
+            raw.database.update_ddl(statements).result()
+        except Exception as exc:
+            listed = "; ".join(statements)
+            raise MigrationError(
+                f"Spanner refused a schema change: {exc}. Statements of the batch before the "
+                "failing one may be applied (Spanner applies a batch statement by statement). "
+                "Fix the cause and run `alembic upgrade` again: every statement is safe to "
+                f"repeat. The batch: {listed[:2000]}"
+            ) from exc
         self.ddl_batches.append(statements)
         hook: Callable[[list[str]], None] | None = self._attributes().get(DDL_BATCH_ATTRIBUTE)
         if hook is not None:

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import seed_models
 import sqlalchemy as sa
+from alembic.util import CommandError
 from alembic_project import Project, body, no_changes
 
 from alembic_ext import BackfillProgress, backfill_shard
@@ -178,6 +179,38 @@ def test_backfill_refuses_a_spec_the_marker_contradicts(project: Any) -> None:
         kw: dict[str, Any] = {"sources": ["CompanyId", "Ts"], "count": 8, **change}
         with pytest.raises(ShardConfigError, match="recorded as a shard of count=8"):
             backfill_shard(engine, "Logs", "Shard8", progress=False, **kw)
+
+
+def test_failed_batch_fix_and_run_again(project: Any) -> None:
+    """A batch that fails (on Spanner, its statements before the failing one stay
+    applied; the emulator applies none): with the cause fixed, `alembic upgrade head`
+    runs the whole revision again and completes."""
+    proj, engine = project
+    proj.revision(_logs(8, "Shard8"), "init")
+    proj.upgrade()
+    versions = Path(proj.cfg.get_main_option("script_location") or "") / "versions"
+    migration = versions / "half.py"
+    text = (
+        "import sqlalchemy as sa\n"
+        "from alembic import op\n"
+        "revision = 'half'\n"
+        f"down_revision = {_head(proj)!r}\n"
+        "def upgrade():\n"
+        "    op.add_column('Logs', sa.Column('Extra', sa.String(10)))\n"
+        "    op.create_index('LogsByExtra', 'Logs', ['Extra', 'Nope'])\n"
+        "    op.create_check_constraint('ck_extra', 'Logs', 'LENGTH(Extra) > 0')\n"
+        "def downgrade():\n"
+        "    pass\n"
+    )
+    migration.write_text(text)
+    with pytest.raises(CommandError, match="Spanner refused a schema change.*Nope"):
+        proj.upgrade()
+    migration.write_text(text.replace(", 'Nope'", ""))  # the fix
+    proj.upgrade()
+    proj.upgrade()  # and nothing to do the next time
+    assert "LogsByExtra" in _indexes(engine)
+    with engine.connect() as c:
+        assert "ck_extra" in read_check_constraints(c, "Logs")
 
 
 def _head(proj: Project) -> str:
