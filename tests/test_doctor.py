@@ -459,3 +459,18 @@ def test_an_instance_without_unsplittable_reasons(mock_spanner: Any) -> None:
     mock_spanner.add_result(sql, _result_set(SCENARIOS["sequence"], reasons=False))
     diagnosis = doctor(engine, MODELS, since=T0 - dt.timedelta(hours=1))
     assert diagnosis.findings[0].pattern == "sequence"
+
+
+def test_decodes_nanosecond_timestamps_and_nulls(catalog: Catalog) -> None:
+    key = catalog.decode("Logs(2026-11-23T10:00:00.123456789Z,NULL)")
+    assert key.parts[0].value == T0 + dt.timedelta(microseconds=123456)
+    assert key.parts[1].value is None
+
+
+def test_bad_interval_end_and_score_are_named() -> None:
+    with pytest.raises(ShardValueError, match="row 1: INTERVAL_END 'yesterday'"):
+        doctor([{**row(1, "Orders(1)", "<end>"), "INTERVAL_END": "yesterday"}], MODELS)
+    with pytest.raises(ShardValueError, match="row 1: CPU_USAGE_SCORE 'hot'"):
+        doctor([{**row(1, "Orders(1)", "<end>"), "CPU_USAGE_SCORE": "hot"}], MODELS)
+    late = {**row(1, "Orders(1)", "<end>"), "INTERVAL_END": "2026-11-23T10:01:00.000000001Z"}
+    assert doctor([late], MODELS).findings[0].table == "Orders"

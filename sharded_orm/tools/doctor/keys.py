@@ -15,13 +15,14 @@ import datetime as dt
 import json
 import re
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Column, Index, MetaData, Table
 from sqlalchemy import types as sqltypes
 
 from sharded_orm.errors import ShardValueError
+from sharded_orm.ids.mixins import bit_reverse
 from sharded_orm.schema.columns import is_shard_column
 from sharded_orm.schema.keys import is_descending
 from sharded_orm.tools.lint import index_parts
@@ -126,7 +127,6 @@ class Key:
     parts: tuple[KeyPart, ...] = ()
     full_length: int = 0
     interleaved_in: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
     def part(self, role: str) -> KeyPart | None:
         return next((p for p in self.parts if p.role == role), None)
@@ -208,22 +208,29 @@ def _base(col: Column[Any]) -> Any:
     return t.impl_instance if isinstance(t, sqltypes.TypeDecorator) else t
 
 
+_FRACTION = re.compile(r"(\.\d{6})\d+")
+
+
+def parse_timestamp(text: str) -> dt.datetime:
+    """An RFC 3339 timestamp (Spanner prints up to nanoseconds; Python keeps microseconds)."""
+    v = dt.datetime.fromisoformat(_FRACTION.sub(r"\1", text.strip()).replace("Z", "+00:00"))
+    return v if v.tzinfo else v.replace(tzinfo=dt.timezone.utc)
+
+
 def _decode_part(text: str, col: Column[Any], desc: bool, value: Any) -> KeyPart:
     t = _base(col)
     raw = value.text if isinstance(value, Bare) else value
     role = role_of(col)
+    if isinstance(value, Bare) and raw.upper() == "NULL":
+        return KeyPart(col.name, None, role, desc)
     sequence = None
     try:
         if isinstance(t, sqltypes.Integer):
             v: Any = int(raw)
             if role == "bit_reversed" and 0 <= v < 2**63:
-                from sharded_orm.ids.mixins import bit_reverse
-
                 sequence = bit_reverse(v)
         elif isinstance(t, sqltypes.DateTime):
-            v = dt.datetime.fromisoformat(str(raw).replace("Z", "+00:00"))
-            if v.tzinfo is None:
-                v = v.replace(tzinfo=dt.timezone.utc)
+            v = parse_timestamp(str(raw))
         elif isinstance(t, sqltypes.Date):
             v = dt.date.fromisoformat(str(raw))
         elif isinstance(t, (sqltypes.Float, sqltypes.Numeric)):

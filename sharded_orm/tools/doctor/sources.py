@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from sharded_orm.errors import ShardConfigError, ShardingError, ShardTypeError, ShardValueError
+from sharded_orm.tools.doctor.keys import parse_timestamp
 
 VIEWS = {
     "minute": "SPANNER_SYS.SPLIT_STATS_TOP_MINUTE",
@@ -69,10 +70,9 @@ def _timestamp(value: Any, where: str) -> dt.datetime:
         return value if value.tzinfo else value.replace(tzinfo=dt.timezone.utc)
     if isinstance(value, str):
         try:
-            parsed = dt.datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+            return parse_timestamp(value)
         except ValueError:
             raise ShardValueError(f"{where}: INTERVAL_END {value!r} is not a timestamp") from None
-        return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.timezone.utc)
     raise ShardValueError(f"{where}: INTERVAL_END {value!r} is not a timestamp")
 
 
