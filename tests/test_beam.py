@@ -54,13 +54,13 @@ def _bad_rows() -> list[tuple[dict[str, Any], str]]:
     return [
         ({**ok, "user_id": None}, "key column 'UserId' is missing"),
         ({**ok, "ts": dt.datetime(2026, 1, 1)}, "naive datetime"),
-        ({**ok, "company_id": 7}, "takes str, got int"),
+        ({**ok, "company_id": 7}, "must be a str"),
         ({**ok, "company_id": "x" * 65}, "at most 64 characters"),
         ({**ok, "entry": "y" * 1025}, "at most 1024 characters"),
         ({**ok, "colour": "red"}, "'colour' is not a column"),
         ({**ok, "entry_shard_id": 99}, "EntryShardId=99 disagrees"),
         ({k: v for k, v in ok.items() if k != "ts"}, "cannot hash None"),
-        ({**ok, "ts": "2026-01-01T00:00:00Z"}, "takes datetime, got str"),
+        ({**ok, "ts": "2026-01-01T00:00:00Z"}, "must be a timezone-aware datetime"),
         ("not a row", "a row is a mapping"),
     ]
 
