@@ -198,33 +198,32 @@ def add_doctor(sub: Any) -> None:
     p.set_defaults(func=cmd_doctor)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="sharded-orm", description="Hotspot checks for Spanner schemas."
-    )
-    sub = parser.add_subparsers(dest="command", required=True)
-    p_lint = sub.add_parser("lint", help="lint models for hotspots")
-    p_lint.add_argument("target", help="module:attr of a MetaData or declarative base, or a module")
-    p_lint.add_argument("--format", choices=("text", "json"), default="text")
-    p_lint.set_defaults(func=cmd_lint)
-    p_sim = sub.add_parser(
+def add_lint(sub: Any) -> None:
+    p = sub.add_parser("lint", help="lint models for hotspots")
+    p.add_argument("target", help="module:attr of a MetaData or declarative base, or a module")
+    p.add_argument("--format", choices=("text", "json"), default="text")
+    p.set_defaults(func=cmd_lint)
+
+
+def add_simulate(sub: Any) -> None:
+    p = sub.add_parser(
         "simulate", help="replay a workload through the models on a modelled Spanner instance"
     )
-    p_sim.add_argument(
+    p.add_argument(
         "targets",
         nargs="+",
         metavar="[NAME=]MODULE:ATTR",
         help="a mapped class or Table; give several to compare them side by side",
     )
-    p_sim.add_argument("--rows-per-second", type=float, required=True)
-    p_sim.add_argument("--duration", type=float, required=True, help="seconds of traffic")
-    p_sim.add_argument("--tenants", type=int, default=None, help="default: 1")
-    p_sim.add_argument("--zipf", type=float, default=0.0, help="tenant skew exponent")
-    p_sim.add_argument("--tenant-weights", default=None, help="e.g. 1,3,1")
-    p_sim.add_argument("--users-per-tenant", type=int, default=1000)
-    p_sim.add_argument("--insert-order", choices=("time", "key", "random"), default="time")
-    p_sim.add_argument("--history", type=float, default=None, help="seconds of existing rows")
-    p_sim.add_argument(
+    p.add_argument("--rows-per-second", type=float, required=True)
+    p.add_argument("--duration", type=float, required=True, help="seconds of traffic")
+    p.add_argument("--tenants", type=int, default=None, help="default: 1")
+    p.add_argument("--zipf", type=float, default=0.0, help="tenant skew exponent")
+    p.add_argument("--tenant-weights", default=None, help="e.g. 1,3,1")
+    p.add_argument("--users-per-tenant", type=int, default=1000)
+    p.add_argument("--insert-order", choices=("time", "key", "random"), default="time")
+    p.add_argument("--history", type=float, default=None, help="seconds of existing rows")
+    p.add_argument(
         "--role",
         action="append",
         default=[],
@@ -232,19 +231,35 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="how a column's values are made (time, tenant, user, uuid4, uuid7, counter, "
         "bit_reversed, random, constant)",
     )
-    p_sim.add_argument("--seed", type=int, default=0)
-    p_sim.add_argument("--nodes", type=int, default=3)
-    p_sim.add_argument("--node-capacity", type=float, default=3500.0, help="writes/s per node")
-    p_sim.add_argument("--tick", type=float, default=10.0, help="seconds per time step")
-    p_sim.add_argument("--heatmap", default=None, metavar="PNG", help="needs matplotlib")
-    p_sim.add_argument("--format", choices=("text", "json"), default="text")
-    p_sim.set_defaults(func=cmd_simulate)
-    add_doctor(sub)
-    p_ver = sub.add_parser("verify", help="count rows whose stored shard disagrees (exit 1)")
-    p_ver.add_argument("url", help="SQLAlchemy URL of the database")
-    p_ver.add_argument("target", help="module:attr of a mapped class or Table")
-    p_ver.add_argument("--format", choices=("text", "json"), default="text")
-    p_ver.set_defaults(func=cmd_verify)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--nodes", type=int, default=3)
+    p.add_argument("--node-capacity", type=float, default=3500.0, help="writes/s per node")
+    p.add_argument("--tick", type=float, default=10.0, help="seconds per time step")
+    p.add_argument("--heatmap", default=None, metavar="PNG", help="needs matplotlib")
+    p.add_argument("--format", choices=("text", "json"), default="text")
+    p.set_defaults(func=cmd_simulate)
+
+
+def add_verify(sub: Any) -> None:
+    p = sub.add_parser("verify", help="count rows whose stored shard disagrees (exit 1)")
+    p.add_argument("url", help="SQLAlchemy URL of the database")
+    p.add_argument("target", help="module:attr of a mapped class or Table")
+    p.add_argument("--format", choices=("text", "json"), default="text")
+    p.set_defaults(func=cmd_verify)
+
+
+#: one ``add_<name>(subparsers)`` per subcommand, each pointing at its ``cmd_<name>``
+SUBCOMMANDS = (add_lint, add_simulate, add_doctor, add_verify)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="sharded-orm",
+        description="Hotspot checks for Spanner schemas: lint, simulate, doctor, verify.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    for add in SUBCOMMANDS:
+        add(sub)
     args = parser.parse_args(argv)
     try:
         return int(args.func(args))
