@@ -261,14 +261,16 @@ def _found(engine: sa.Engine, column: str, count: int, index: str) -> int:
         return sum(c.execute(sql, {"c": f"c{k}"}).scalar_one() for k in range(10))
 
 
-def _two(shard8: bool = True, shard16: bool = True) -> sa.MetaData:
+def _two(shard8: bool = True, shard16: bool = True, nullable16: bool = False) -> sa.MetaData:
     """Logs during a reshard: the old layout, the new one, or both."""
     md = sa.MetaData()
     cols: list[Any] = []
     if shard8:
         cols += [shard_column("CompanyId", "Ts", count=8, name="Shard8").column]
     if shard16:
-        cols += [shard_column("CompanyId", "Ts", count=16, name="Shard16").column]
+        cols += [
+            shard_column("CompanyId", "Ts", count=16, name="Shard16", nullable=nullable16).column
+        ]
     t = sa.Table(
         "Logs",
         md,
@@ -331,6 +333,30 @@ def test_reshard_8_to_16_expand_then_contract(project: Any) -> None:
     assert _found(engine, "Shard8", 8, "LogsByShard8") == ROWS
     proj.downgrade("base")
     print(f"reshard expand of {ROWS} rows: {upgrade_s:.1f}s")
+
+
+def test_nullable_expand_lets_old_writers_insert_until_the_contract(project: Any) -> None:
+    """docs/migrations.md, 'Writers': a new shard column declared nullable=True stays
+    nullable (for good: Spanner cannot change NOT NULL of an indexed column); rows old
+    code inserts meanwhile are filled by the contract's verify."""
+    proj, engine = project
+    proj.revision(_two(shard16=False), "init")
+    proj.upgrade()
+    _seed_rows(engine, 300)
+    script = proj.revision(_two(nullable16=True), "expand")
+    assert "alter_column" not in body(script, "upgrade")
+    proj.upgrade(**{PROGRESS_ATTRIBUTE: None})
+    ts = dt.datetime(2025, 1, 1, tzinfo=dt.timezone.utc)
+    with engine.begin() as c:  # old code: knows Shard8 only
+        c.exec_driver_sql(
+            "INSERT INTO Logs (Id, CompanyId, Ts, Shard8) VALUES ('old', 'c1', "
+            f"TIMESTAMP '{ts.isoformat()}', {compute_shard(('c1', ts), 8)})"
+        )
+    script = proj.revision(_two(shard8=False, nullable16=True), "contract")
+    up = body(script, "upgrade")
+    assert up.index("backfill_shard('Logs', 'Shard16'") < up.index("drop_index('LogsByShard8'")
+    proj.upgrade(**{PROGRESS_ATTRIBUTE: None})
+    assert _found(engine, "Shard16", 16, "LogsByShard16") == 301
 
 
 def test_verify_pass_fixes_rows_old_code_changed(spanner_engine: sa.Engine) -> None:
