@@ -6,20 +6,21 @@ sees the finished operations and rewrites them in place:
 
 * index ops become :class:`~alembic_ext.ops.SpannerCreateIndexOp` /
   :class:`~alembic_ext.ops.SpannerDropIndexOp` (rendered with DESC parts and spanner_*
-  keywords, plus a warning comment from :func:`index_warnings`);
-* a dropped table first drops its indexes (Spanner refuses to drop an indexed table);
-* adding a shard column to a table becomes expand / backfill / NOT NULL / marker, and
-  dropping one drops its marker first; downgrades reverse into each other;
-* a shard column whose count, algorithm or sources changed *in place* (same column name)
-  stops autogenerate with :class:`~sharded_orm.errors.ShardConfigError`: rows already
-  stored under the old spec would be unfindable, and Spanner cannot rename a column, so
-  the only safe path is a new column (see docs/migrations.md, "Resharding");
+  keywords, plus the linter's warning); a change of the STORING list only becomes
+  ``op.alter_index_storing`` (:mod:`alembic_ext.shaping`);
+* a dropped table drops its indexes first (once: Alembic's own drops are kept), and its
+  downgrade gets back the DESC key parts, interleave and markers Alembic does not reflect;
+* adding a shard column becomes expand / backfill / NOT NULL / marker; dropping one drops
+  its marker first and is preceded by a verify backfill of the shard columns that stay
+  (the contract); a revision doing both, or reusing the old index's name for the new
+  layout, is refused (:mod:`alembic_ext.guards`);
+* a shard column whose spec changed in place, or a table whose key or interleave parent
+  differs from the model, stops autogenerate (and ``alembic check``) with what to do;
 * a generated column whose expression changed is dropped and added back;
 * a server-side shard column is written as ``sa.Computed('<GoogleSQL>')``.
 
-Within each table, ops are ordered for Spanner: add columns, create indexes and markers,
-then drop indexes and constraints, then drop columns (Spanner refuses to drop a column an
-index or a CHECK constraint still uses).
+Ops are ordered for Spanner: parents created before children and dropped after them;
+within a table, adds and creates, then drops of indexes, constraints, columns.
 """
 
 from __future__ import annotations
