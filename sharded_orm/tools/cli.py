@@ -44,6 +44,19 @@ def load_target(spec: str) -> Any:
     return obj
 
 
+def create_engine(url: str) -> Any:
+    """An engine for ``url``, or a ShardingError naming the URL (exit 2, no traceback)."""
+    import sqlalchemy as sa
+
+    try:
+        return sa.create_engine(url)
+    except (sa.exc.ArgumentError, sa.exc.NoSuchModuleError) as exc:
+        raise ShardingError(
+            f"{url!r} is not a usable database URL ({exc}); e.g. "
+            "spanner+spanner:///projects/P/instances/I/databases/D"
+        ) from None
+
+
 def cmd_lint(args: argparse.Namespace) -> int:
     findings = lint(load_target(args.target))
     if args.format == "json":
@@ -108,12 +121,10 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
 def cmd_verify(args: argparse.Namespace) -> int:
     """Exit 0 when every row's shards agree with their sources, 1 when some do not."""
-    import sqlalchemy as sa
-
     from sharded_orm.load.verify import verify
 
     target = load_target(args.target)
-    engine = sa.create_engine(args.url)
+    engine = create_engine(args.url)
     try:
         report = verify(engine, target, progress_mode="off" if args.format == "json" else "auto")
     finally:
@@ -151,9 +162,7 @@ def _doctor_source(text: str) -> Any:
             f"{text!r} is not a Spanner URL: doctor reads Spanner's split statistics "
             "(spanner+spanner:///projects/P/instances/I/databases/D) or a CSV/JSON export"
         )
-    import sqlalchemy as sa
-
-    return sa.create_engine(text)
+    return create_engine(text)
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
