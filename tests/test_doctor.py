@@ -474,3 +474,17 @@ def test_bad_interval_end_and_score_are_named() -> None:
         doctor([{**row(1, "Orders(1)", "<end>"), "CPU_USAGE_SCORE": "hot"}], MODELS)
     late = {**row(1, "Orders(1)", "<end>"), "INTERVAL_END": "2026-11-23T10:01:00.000000001Z"}
     assert doctor([late], MODELS).findings[0].table == "Orders"
+
+
+def test_hour_view_on_the_mock_and_bad_window(mock_spanner: Any) -> None:
+    from sharded_orm import ShardConfigError
+
+    engine = mock_spanner.engine()
+    hourly = [row(60 * h, f"Orders({1000 * h + 17})", "<end>") for h in range(3)]
+    _register(mock_spanner, engine, hourly, window="hour")
+    diagnosis = doctor(engine, MODELS, window="hour", since=T0 - dt.timedelta(days=1))
+    assert [s for s in mock_spanner.executed_sql() if "SPLIT_STATS_TOP_HOUR" in s]
+    assert diagnosis.findings[0].pattern == "sequence"
+    assert diagnosis.findings[0].hot_seconds == 3 * 3600
+    with pytest.raises(ShardConfigError, match="window must be one of minute, 10minute, hour"):
+        doctor(hourly, MODELS, window="day")
