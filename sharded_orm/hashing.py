@@ -51,12 +51,24 @@ def _text_bool(value: bool) -> str:
     return "true" if value else "false"
 
 
+_INT64_MIN = -(1 << 63)
+_INT64_MAX = (1 << 63) - 1
+
+
+def _int64(value: int) -> int:
+    if not _INT64_MIN <= value <= _INT64_MAX:
+        raise ShardValueError(
+            f"cannot hash {value}: it is out of the INT64 range a Spanner column holds"
+        )
+    return value
+
+
 def _text_int(value: int) -> str:
-    return str(value)
+    return str(_int64(value))
 
 
 def _text_int_subclass(value: int) -> str:
-    return int.__repr__(value)  # an (int, Enum) member hashes as its number
+    return int.__repr__(_int64(int.__index__(value)))  # an (int, Enum) member: its number
 
 
 def _text_bytes(value: bytes) -> str:
@@ -96,7 +108,12 @@ def _text_datetime(value: _dt.datetime) -> str:
                 "as sharded_orm.UTCDateTime so values read back from SQLite are aware too."
             )
         if offset:
-            value = value.astimezone(_UTC)
+            try:
+                value = value.astimezone(_UTC)
+            except OverflowError:
+                raise ShardValueError(
+                    f"cannot hash {value!r}: its UTC instant is out of range (years 1-9999)"
+                ) from None
     # DatetimeWithNanoseconds keeps nanoseconds aside and its microsecond field is already
     # truncated, exactly like %E6S on the server. %-formatting is the fastest exact way here.
     return _TIMESTAMP_TEXT % (
@@ -160,8 +177,22 @@ def canonical_text(value: object) -> str:
     return enc(value)
 
 
+def _utf8_len(text: str) -> int:
+    try:
+        return len(text.encode())
+    except UnicodeEncodeError:
+        raise ShardValueError(
+            f"cannot hash {text!r}: it holds a lone surrogate, which has no UTF-8 form"
+        ) from None
+
+
 def canonical_string(values: Sequence[object]) -> str:
     """The length-prefixed join of the canonical texts of ``values``."""
+    if isinstance(values, (str, bytes)) or not isinstance(values, (list, tuple)):
+        raise ShardTypeError(
+            f"canonical_string takes a sequence (list or tuple) of source values, got "
+            f"{type(values).__name__}; write canonical_string([value])"
+        )
     out = ""
     get = _ENCODERS.get
     for value in values:
@@ -170,7 +201,7 @@ def canonical_string(values: Sequence[object]) -> str:
             enc = _encoder_for(type(value))
         text = enc(value)
         # len(str) counts code points; the prefix counts UTF-8 bytes.
-        out += f"{len(text) if text.isascii() else len(text.encode())}:{text}"
+        out += f"{len(text) if text.isascii() else _utf8_len(text)}:{text}"
     return out
 
 
@@ -221,6 +252,8 @@ def validate_algorithm(algorithm: object) -> str:
 
 def _as_sources(values: object) -> Sequence[object]:
     if isinstance(values, (list, tuple)):
+        if not values:
+            raise ShardValueError("compute_shard got no source values: a shard needs at least one")
         return values
     return (values,)
 
@@ -268,7 +301,7 @@ PIECE_UTC_DATETIME: Final = "utc_datetime"
 def canonical_piece(value: object) -> str:
     """``<UTF-8 byte length>:<canonical text>`` of one value: one source's part of the string."""
     text = canonical_text(value)
-    return f"{len(text) if text.isascii() else len(text.encode())}:{text}"
+    return f"{len(text) if text.isascii() else _utf8_len(text)}:{text}"
 
 
 def piece_function(kind: str | None, coerce: Callable[[Any], Any]) -> Callable[[Any], str]:
@@ -283,7 +316,7 @@ def piece_function(kind: str | None, coerce: Callable[[Any], Any]) -> Callable[[
 
         def piece_str(v: Any) -> str:
             if v.__class__ is str:
-                return f"{len(v) if v.isascii() else len(v.encode())}:{v}"
+                return f"{len(v) if v.isascii() else _utf8_len(v)}:{v}"
             return slow(v)
 
         return piece_str

@@ -222,7 +222,14 @@ def _datetime_coercer(column: Any) -> Coercer:
                 "a naive datetime is no instant; attach a timezone, "
                 "e.g. datetime.now(timezone.utc)",
             )
-        return v if v.tzinfo is _UTC else v.astimezone(_UTC)
+        if v.tzinfo is _UTC:
+            return v
+        try:
+            return v.astimezone(_UTC)
+        except OverflowError:
+            raise _value_error(
+                column, v, "its UTC instant is out of range (years 1-9999)"
+            ) from None
 
     return coerce
 
