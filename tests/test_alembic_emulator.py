@@ -359,6 +359,7 @@ def test_nullable_expand_lets_old_writers_insert_until_the_contract(project: Any
     assert _found(engine, "Shard16", 16, "LogsByShard16") == 301
 
 
+@pytest.mark.filterwarnings("ignore::sharded_orm.errors.ShardingWarning")  # old code: raw SQL
 def test_verify_pass_fixes_rows_old_code_changed(spanner_engine: sa.Engine) -> None:
     """A row whose source old code changes after the fill passed it is fixed by the
     verify pass: no row is stale when the backfill returns."""

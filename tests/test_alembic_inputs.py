@@ -25,6 +25,9 @@ from alembic_ext.errors import MigrationError
 from alembic_ext.impl import idempotent_sql
 from sharded_orm import ShardConfigError, ShardTypeError, UTCDateTime, compute_shard, shard_column
 
+# the fixtures write as programs that do not use the library do: raw SQL, on purpose
+pytestmark = pytest.mark.filterwarnings("ignore::sharded_orm.errors.ShardingWarning")
+
 UTC = dt.timezone.utc
 T0 = dt.datetime(2024, 1, 1, tzinfo=UTC)
 
