@@ -105,9 +105,10 @@ def rows_filler(
 ) -> RowsFiller:
     """``rows -> rows to send`` for an INSERT executemany whose rows carry every source.
 
-    A row with no shard given gets a copy with the shards filled; anything else (a given
-    shard to check, a missing source, an unusual type) goes through ``slow_row``, which
-    checks it or raises the precise error.
+    A row with no shard given gets a copy with the shards filled; a row with every shard
+    given is sent as it is when they agree; anything else (a disagreeing shard, a missing
+    source, an unusual type) goes through ``slow_row``, which checks it or raises the
+    precise error.
     """
     ns: dict[str, Any] = dict(_COMMON)
     ns["SLOW_ROW"] = slow_row
@@ -125,6 +126,10 @@ def rows_filler(
     gets = "".join(f"        g{j} = row.get(G{j})\n" for j in range(len(shards)))
     none = " and ".join(f"g{j} is None" for j in range(len(shards)))
     reads = "".join(f"                v{i} = row[K{i}]\n" for i in range(len(source_keys)))
+    given = " and ".join(f"g{j} is not None" for j in range(len(shards)))
+    agree = " and ".join(
+        f"(g{j} == s{j} and g{j}.__class__ is not bool)" for j in range(len(shards))
+    )
     compute = "".join(
         _shard_code(j, [var[k] for k in sc.source_keys], sc, ns, "                ")
         for j, sc in enumerate(shards)
@@ -144,6 +149,13 @@ def rows_filler(
         "            new = row.copy()\n"
         f"{sets}"
         "            append(new)\n"
+        f"        elif {given}:\n"
+        "            try:\n"
+        f"{reads}{compute}"
+        "            except (KeyError, UNHASHABLE):\n"
+        "                append(SLOW_ROW(row))\n"
+        "                continue\n"
+        f"            append(row if {agree} else SLOW_ROW(row))\n"
         "        else:\n"
         "            append(SLOW_ROW(row))\n"
         "    return out\n"
