@@ -114,8 +114,8 @@ class Progress:
             self._bar.start()
             self._task = self._bar.add_task(self.description, total=self.total)
         elif self.mode == "log":
-            of = f" of {self.total:,}" if self.total is not None else ""
-            self._logger.info("%s: started (%s%s)", self.description, self.unit, of)
+            size = f" ({self.total:,} {self.unit})" if self.total is not None else ""
+            self._logger.info("%s: started%s", self.description, size)
         return self
 
     def __exit__(

@@ -26,7 +26,7 @@ def test_log_mode_off_a_terminal_writes_plain_lines(caplog: pytest.LogCaptureFix
         for _ in range(10):
             bar.advance(100)
     lines = [r.getMessage() for r in caplog.records]
-    assert lines[0] == "backfill T.S: started (rows of 1,000)"
+    assert lines[0] == "backfill T.S: started (1,000 rows)"
     assert any("500 / 1,000 rows (50.0%)" in line and "ETA" in line for line in lines)
     assert lines[-1].startswith("backfill T.S: done, 1,000 rows in ")
     assert stream.getvalue() == ""  # nothing drawn on the stream

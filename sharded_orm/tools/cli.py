@@ -121,9 +121,13 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
 def cmd_verify(args: argparse.Namespace) -> int:
     """Exit 0 when every row's shards agree with their sources, 1 when some do not."""
+    import logging
+
     from sharded_orm.load.verify import verify
 
     target = load_target(args.target)
+    if args.format != "json" and not logging.getLogger().handlers:
+        logging.basicConfig(level=logging.INFO, format="%(message)s")  # progress lines
     engine = create_engine(args.url)
     try:
         report = verify(engine, target, progress_mode="off" if args.format == "json" else "auto")
