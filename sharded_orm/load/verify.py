@@ -175,7 +175,8 @@ def verify(bind: Any, model_or_table: Any, *, progress_mode: Any = "auto") -> Ve
         total = report.rows_checked or None
         if not server:  # the row count first, so the scan's progress has a total and ETA
             with bind.connect() as conn:
-                total = int(conn.execute(sa.select(sa.func.count()).select_from(table)).scalar_one())
+                count = sa.select(sa.func.count()).select_from(table)
+                total = int(conn.execute(count).scalar_one())
         scan = _spanner_scan if is_spanner(bind) else _sqlalchemy_scan
         with progress(total, f"verify {table.name}", mode=progress_mode) as bar:
             _count_mismatches(client, scan(bind, table, client), report, bar)
