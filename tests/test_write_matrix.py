@@ -580,12 +580,32 @@ def _entries(engine: sa.Engine) -> Any:
     return t
 
 
-def test_item3_lightweight_table_without_the_shard_column_is_refused(backend: Backend) -> None:
-    _entries(backend.engine)
-    light = sa.table("wm_entries", sa.column("CompanyId"), sa.column("Timestamp", UTCDateTime))
-    stmt = light.update().where(light.c.CompanyId == "A").values(Timestamp=D1)
+def test_item3_lightweight_table_without_the_shard_column(backend: Backend) -> None:
+    """Alembic's op.execute idiom names only the columns it changes: the statement is
+    rebuilt on the declared table, shard included; what cannot be rebuilt is refused."""
+    t = _entries(backend.engine)
+    light = sa.table(
+        "wm_entries",
+        sa.column("CompanyId"),
+        sa.column("EntryId"),
+        sa.column("Timestamp", UTCDateTime),
+    )
+    with backend.engine.begin() as c:
+        c.execute(light.update().where(light.c.EntryId == 1).values(CompanyId="B", Timestamp=D1))
+    assert _stale(backend.fresh(), t, ("CompanyId", "Timestamp"), "EntryShardId", 10) == []
+    ordered = (
+        light.update()
+        .where(light.c.EntryId == 2)
+        .ordered_values((light.c.CompanyId, "C"), (light.c.Timestamp, D0))
+    )
+    with backend.engine.begin() as c:
+        c.execute(ordered)
+    assert _stale(backend.fresh(), t, ("CompanyId", "Timestamp"), "EntryShardId", 10) == []
+    returning = (
+        light.update().where(light.c.EntryId == 0).values(CompanyId="D").returning(light.c.EntryId)
+    )
     with pytest.raises(ShardConfigError, match="Add sa.column"), backend.engine.begin() as c:
-        c.execute(stmt)
+        c.execute(returning)
 
 
 def test_item3_raw_sql_writes_warn_once_per_statement(backend: Backend) -> None:

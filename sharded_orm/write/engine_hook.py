@@ -34,7 +34,7 @@ from sharded_orm.schema.registry import cascade_targets, sharded_names
 from sharded_orm.spanner import is_spanner
 from sharded_orm.write.rows import Fetch, RowShards, fast_insert_rows
 from sharded_orm.write.sql import MISSING, literal_value, statement_values, where_equalities
-from sharded_orm.write.statements import check_from_select, with_upsert_shard
+from sharded_orm.write.statements import check_from_select, onto_declared, with_upsert_shard
 from sharded_orm.write.targets import statement_table, write_shards
 from sharded_orm.write.trust import take
 
@@ -71,7 +71,8 @@ def _rewrite_multi_values(stmt: Insert, table: Any, shards: RowShards) -> Insert
 
 
 def _refuse_missing_columns(table: Any, shards: RowShards, is_insert: bool, keys: Any) -> None:
-    """A lightweight ``sa.table()`` must name the shard column for us to set it."""
+    """A lightweight ``sa.table()`` that could not be rebuilt on the declared table must
+    name the shard column for us to set it."""
     for sc in shards.client_made:
         if getattr(sc.column, "table", None) is not None:
             continue
@@ -132,7 +133,14 @@ def _before_execute(
         if not is_insert and cascade_targets(getattr(table, "schema", None), table.name):
             _refuse_cascade(elem, table, (multiparams[0] if multiparams else params) or {})
         return elem, multiparams, params
-    row_shards = RowShards(shards, is_spanner(conn.dialect))
+    on_spanner = is_spanner(conn.dialect)
+    row_shards = RowShards(shards, on_spanner)
+    if any(getattr(sc.column, "table", None) is None for sc in row_shards.client_made):
+        rebuilt = onto_declared(elem, table)  # a table() without the shard column
+        if rebuilt is not None:
+            elem, table = rebuilt
+            shards = write_shards(table)
+            row_shards = RowShards(shards, on_spanner)
     stmt_values = statement_values(elem)
     first = (multiparams[0] if multiparams else params) or {}
     _refuse_missing_columns(table, row_shards, is_insert, {**stmt_values, **first})

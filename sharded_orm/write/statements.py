@@ -11,13 +11,19 @@ the way out.
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from sqlalchemy.sql.dml import Insert
+from sqlalchemy.sql.dml import Insert, Update
+from sqlalchemy.sql.elements import ClauseElement, ColumnClause
+from sqlalchemy.sql.expression import TableClause
+from sqlalchemy.sql.schema import Table
+from sqlalchemy.sql.visitors import replacement_traverse
 
 from sharded_orm.errors import ShardConfigError, ShardingError
 from sharded_orm.schema.columns import ShardColumn, shard_columns
+from sharded_orm.schema.registry import declared_tables
+from sharded_orm.write.sql import statement_values
 
 
 def _key_of(k: Any) -> Any:
@@ -115,3 +121,51 @@ def _origin_layout(table: Any, column: Any) -> ShardColumn | None:
         if sc.column is column:
             return sc
     return None
+
+
+def _swap_columns(element: Any, swap: Callable[[Any], Any]) -> Any:
+    """``element`` with the columns ``swap`` names replaced (SQLAlchemy's visitor)."""
+    traverse: Callable[[Any, Any, Any], Any] = replacement_traverse
+    return traverse(element, {}, swap)
+
+
+def onto_declared(stmt: Any, light: Any) -> tuple[Any, Table] | None:
+    """A statement on a lightweight ``sa.table()`` that lacks the shard column, rebuilt on
+    the declared table of that name (same SQL name, the declared types), so the shard can
+    be set; None when it cannot be rebuilt faithfully (RETURNING, ordered values, column
+    keys that differ from names...), and the caller refuses."""
+    if isinstance(light, Table) or not isinstance(light, TableClause):
+        return None
+    if stmt._returning or stmt._hints:
+        return None
+    if isinstance(stmt, Insert) and (stmt._multi_values or stmt.select is not None):
+        return None
+    names = {c.name for c in light.c}
+    for declared in declared_tables(getattr(light, "schema", None), light.name):
+        by_name = {c.name: c for c in declared.columns}
+        if names <= by_name.keys() and all(by_name[n].key == n for n in names):
+            break
+    else:
+        return None
+
+    def swap(element: Any) -> Any:
+        if isinstance(element, ColumnClause) and getattr(element, "table", None) is light:
+            return by_name[element.name]
+        return None
+
+    new: Any
+    if isinstance(stmt, Update):
+        new = declared.update()
+        if stmt.whereclause is not None:
+            new = new.where(_swap_columns(stmt.whereclause, swap))
+    else:
+        new = declared.insert()
+    values = {
+        by_name[k]: _swap_columns(v, swap) if isinstance(v, ClauseElement) else v
+        for k, v in statement_values(stmt).items()
+    }
+    if not values:
+        return new, declared
+    if getattr(stmt, "_maintain_values_ordering", False) or getattr(stmt, "_ordered_values", None):
+        return new.ordered_values(*values.items()), declared
+    return new.values(values), declared
