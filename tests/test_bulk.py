@@ -94,10 +94,14 @@ def test_deferred_indexes_are_back_after_the_load() -> None:
 
 
 def test_progress_goes_to_the_log_off_a_terminal(
-    capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+    capsys: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     eng = sa.create_engine("sqlite://")
     Sharded.metadata.create_all(eng)
+    # another test's logging.config.fileConfig (Alembic's env.py) may have disabled it
+    monkeypatch.setattr(logging.getLogger("sharded_orm.progress"), "disabled", False)
     with caplog.at_level(logging.INFO, logger="sharded_orm.progress"):
         bulk_load(eng, LogEntry, entries(50))
         bulk_load(eng, LogEntry, entries(50, start=50), progress=False)
@@ -145,6 +149,9 @@ def test_progress_goes_to_the_log_off_a_terminal(
         (entries(1), {"workers": 10**6}, ShardConfigError, "workers must be at most 256"),
         (entries(1), {"batch_bytes": True}, ShardTypeError, "batch_bytes"),
         (entries(1), {"seed": "x"}, ShardTypeError, "seed"),
+        (entries(1), {"defer_indexes": "yes"}, ShardTypeError, "defer_indexes"),
+        (None, {}, ShardTypeError, "rows must be an iterable of mappings"),
+        (entries(1)[0], {}, ShardTypeError, "rows must be an iterable of mappings"),
         (entries(1), {"progress": "yes"}, ShardTypeError, "progress"),
         (entries(1), {"deadline": -1}, ShardConfigError, "deadline"),
         (entries(1), {"commit_timeout": 0}, ShardConfigError, "commit_timeout"),

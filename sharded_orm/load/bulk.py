@@ -129,6 +129,12 @@ def bulk_load(
     ``mode="insert_or_update"`` to finish it.
     """
     _check_arguments(bind, workers, batch_bytes, mode, seed, progress, commit_timeout)
+    if not isinstance(defer_indexes, bool):
+        raise ShardTypeError(f"defer_indexes must be True or False, got {defer_indexes!r}")
+    if rows is None or isinstance(rows, Mapping) or not isinstance(rows, Iterable):
+        raise ShardTypeError(
+            f"rows must be an iterable of mappings (column -> value), got {type(rows).__name__}"
+        )
     policy = RetryPolicy.for_retries(max_retries, deadline)
     policy = RetryPolicy(
         attempts=policy.attempts,
