@@ -88,7 +88,10 @@ def print_progress(p: BackfillProgress) -> None:
     sys.stderr.flush()
 
 
-def _check_args(table: object, column: object, sources: object, batch_size: object) -> list[str]:
+def check_backfill_args(
+    table: object, column: object, sources: object, batch_size: object
+) -> list[str]:
+    """The checks every backfill entry point makes before touching a database."""
     check_identifier(table, "backfill table")
     check_identifier(column, "backfill column")
     if isinstance(sources, (str, bytes)) or not isinstance(sources, Sequence):
@@ -150,7 +153,12 @@ def backfill_shard(
     ``sources`` are SQL column names in hashing order. ``partitioned_dml=None`` uses it
     on Spanner for ``farm_fingerprint`` and client batches otherwise.
     """
-    srcs = _check_args(table, column, sources, batch_size)
+    if not isinstance(bind, (Engine, Connection)):
+        raise ShardTypeError(
+            f"bind must be a SQLAlchemy Engine or Connection, got {bind!r} "
+            "(for a URL: sqlalchemy.create_engine(url))"
+        )
+    srcs = check_backfill_args(table, column, sources, batch_size)
     validate_algorithm(algorithm)
     fn = shard_function(count, algorithm)
     engine = bind.engine if isinstance(bind, Connection) else bind

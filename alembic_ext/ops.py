@@ -24,7 +24,9 @@ from alembic.operations import MigrateOperation, Operations, ops
 
 from sharded_orm.checks import check_identifier
 from sharded_orm.errors import ShardConfigError
+from sharded_orm.hashing import shard_function
 
+from .backfill import check_backfill_args
 from .errors import MigrationError
 from .markers import Marker
 
@@ -47,9 +49,11 @@ class BackfillShardOp(MigrateOperation):
         algorithm: str = "crc32",
         batch_size: int = 500,
     ) -> None:
+        # checked when the migration runs its upgrade(), before any statement
+        self.sources = check_backfill_args(table_name, column_name, sources, batch_size)
+        shard_function(count, algorithm)  # count and algorithm
         self.table_name = table_name
         self.column_name = column_name
-        self.sources = list(sources)
         self.count = count
         self.algorithm = algorithm
         self.batch_size = batch_size

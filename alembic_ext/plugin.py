@@ -6,21 +6,25 @@ Enable it in env.py with
 Alembic (>= 1.18) finds it through the ``alembic.plugins`` entry point and calls
 :func:`setup` while ``import alembic`` is still half done (``alembic.ddl`` imports
 ``alembic.autogenerate``, which imports ``alembic.runtime.plugins``, which loads the entry
-points). So this module, and the ``alembic_ext`` package ``__init__`` that Python runs
-first, import nothing of Alembic but ``alembic.runtime.plugins`` and ``alembic.util``
-(both complete at that point), and the comparator imports :mod:`alembic_ext.compare` on
-its first call. Importing ``alembic.autogenerate`` here was the circular import that kept
-the entry point out. Without the entry point (a source tree that is not installed),
-``import alembic_ext`` registers the plugin through :func:`register`.
+points). So this module imports nothing of Alembic at its top (``import alembic_ext``
+done first imports Alembic, which loads this module again: ``setup`` must exist by
+then), the ``alembic_ext`` package ``__init__`` that Python runs first imports only this
+module, and :func:`setup` and the comparator import what they need when called
+(``alembic.util`` is complete when Alembic calls ``setup``; :mod:`alembic_ext.compare`
+on the comparator's first call). Importing ``alembic.autogenerate`` here was the
+circular import that kept the entry point out. Without the entry point (a source tree
+that is not installed), ``import alembic_ext`` registers the plugin through
+:func:`register`.
 """
 
 from __future__ import annotations
 
 from importlib import metadata
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from alembic.runtime.plugins import Plugin
-from alembic.util import DispatchPriority, PriorityDispatchResult
+if TYPE_CHECKING:
+    from alembic.runtime.plugins import Plugin
+    from alembic.util import PriorityDispatchResult
 
 #: The plugin's name; matched by ``"sharded_orm.*"`` in ``autogenerate_plugins``.
 PLUGIN_NAME = "sharded_orm.autogenerate"
@@ -29,6 +33,8 @@ ENTRY_POINT_GROUP = "alembic.plugins"
 
 def compare(autogen_context: Any, upgrade_ops: Any) -> PriorityDispatchResult:
     """The comparator: rewrite Alembic's finished ops for Spanner (imported on first use)."""
+    from alembic.util import PriorityDispatchResult
+
     from .compare import rewrite_for_spanner
 
     rewrite_for_spanner(autogen_context, upgrade_ops)
@@ -37,6 +43,8 @@ def compare(autogen_context: Any, upgrade_ops: Any) -> PriorityDispatchResult:
 
 def setup(plugin: Plugin) -> None:
     """Register our comparator on ``plugin`` (Alembic's plugin protocol)."""
+    from alembic.util import DispatchPriority
+
     plugin.add_autogenerate_comparator(
         compare,
         "autogenerate",
@@ -56,4 +64,4 @@ def register() -> None:
         return
     import sys
 
-    Plugin.setup_plugin_from_module(sys.modules[__name__], PLUGIN_NAME)
+    plugins.Plugin.setup_plugin_from_module(sys.modules[__name__], PLUGIN_NAME)

@@ -23,6 +23,7 @@ from alembic.operations import ops
 from sqlalchemy.sql import operators
 from sqlalchemy.sql.elements import UnaryExpression
 
+from sharded_orm.errors import ShardTypeError
 from sharded_orm.schema.keys import is_descending
 from sharded_orm.schema.types import UTCDateTime
 
@@ -67,6 +68,10 @@ def render_item(type_: str, obj: Any, autogen_context: AutogenContext) -> str | 
         # with no import for it: a NameError at upgrade
         autogen_context.imports.add("import sharded_orm")
         return "sharded_orm.UTCDateTime()"
+    if type_ == "primary_key" and not isinstance(obj, sa.PrimaryKeyConstraint):
+        raise ShardTypeError(
+            f"render_item('primary_key', ...) takes a PrimaryKeyConstraint, got {obj!r}"
+        )
     if type_ == "primary_key" and any(is_descending(c) for c in obj.columns):
         sa_ = _sa_prefix(autogen_context)
         autogen_context.imports.add("import sharded_orm")

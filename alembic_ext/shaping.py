@@ -13,6 +13,7 @@ import sqlalchemy as sa
 from alembic.operations import ops
 from sqlalchemy.sql.elements import UnaryExpression
 
+from sharded_orm.errors import ShardTypeError
 from sharded_orm.hashing import CRC32, FARM_FINGERPRINT
 
 from . import reflection
@@ -38,6 +39,8 @@ def index_warnings(index: sa.Index) -> list[str]:
     """
     from sharded_orm.tools import lint
 
+    if not isinstance(index, sa.Index):
+        raise ShardTypeError(f"index_warnings takes a sqlalchemy Index, got {index!r}")
     if isinstance(index.table, sa.Table) and index in index.table.indexes:
         return [f"{f.rule} {f.message}" for f in lint.index_warnings(index)]
     exprs = list(index.expressions)

@@ -34,7 +34,9 @@ class Project:
             env,
         )
         env_py.write_text(env)
-        self.cfg = Config(str(ini), output_buffer=self.out, stdout=io.StringIO())
+        # No file name: env.py then skips logging.config.fileConfig, which would disable
+        # every logger of the test process (the library's progress logs among them).
+        self.cfg = Config(output_buffer=self.out, stdout=io.StringIO())
         self.cfg.set_main_option("script_location", str(root / "migrations"))
         self.cfg.set_main_option("sqlalchemy.url", url)
 

@@ -243,3 +243,22 @@ def test_import_alembic_loads_only_the_light_plugin() -> None:
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "SpannerImpl"
+
+
+@pytest.mark.parametrize(
+    "first", ["import alembic_ext", "import alembic_ext.plugin", "import sharded_orm, alembic_ext"]
+)
+def test_importing_alembic_ext_before_alembic_works(first: str) -> None:
+    """``import alembic_ext`` imports Alembic, which loads the entry point module again
+    while it is still being imported: no circular import in any order."""
+    code = (
+        f"{first}\n"
+        "import sys\n"
+        "from alembic.runtime.plugins import _all_plugins\n"
+        "assert 'sharded_orm.autogenerate' in _all_plugins\n"
+        "assert 'grpc' not in sys.modules and 'google.cloud.spanner_v1' not in sys.modules\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert out.returncode == 0, out.stderr
