@@ -318,7 +318,7 @@ CASES: list[Case] = [
     C("canonical_text", "naive datetime", "naive datetime", lambda: so.canonical_text(NAIVE), ShardValueError, "naive"),
     C("canonical_text", "out-of-range int", "2**64", lambda: so.canonical_text(2**64), ShardValueError, "INT64"),
     C("canonical_text", "wrong type", "[1] (a list)", lambda: so.canonical_text([1]), ShardTypeError, "list"),
-    C("canonical_text", "wrong type", "lone surrogate", lambda: so.canonical_text("\udc80"), ShardValueError, "surrogate"),
+    C("canonical_string", "wrong type", "['\\udc80'] (a lone surrogate)", lambda: so.canonical_string(["\udc80"]), ShardValueError, "surrogate"),
     C("canonical_string", "None", "None", lambda: so.canonical_string(None), ShardTypeError, "sequence"),  # type: ignore[arg-type]
     C("canonical_string", "wrong type", "'abc' (a str)", lambda: so.canonical_string("abc"), ShardTypeError, "sequence"),
     C("canonical_string", "wrong type", "5", lambda: so.canonical_string(5), ShardTypeError, "sequence"),  # type: ignore[arg-type]
