@@ -22,6 +22,8 @@ import time
 from types import TracebackType
 from typing import IO, Any, Literal
 
+from sharded_orm.errors import ShardConfigError, ShardTypeError
+
 __all__ = ["Progress", "progress"]
 
 Mode = Literal["auto", "bar", "log", "off"]
@@ -41,7 +43,14 @@ def _rich_available() -> bool:
     return True
 
 
+_MODES = ("auto", "bar", "log", "off")
+
+
 def _choose_mode(mode: Mode, stream: IO[str]) -> Mode:
+    if mode not in _MODES:
+        raise ShardConfigError(
+            f"progress mode must be one of {', '.join(map(repr, _MODES))}, got {mode!r}"
+        )
     if mode != "auto":
         return mode
     forced = os.environ.get(ENV_MODE, "").strip().lower()
@@ -79,7 +88,7 @@ class Progress:
         stream: IO[str] | None = None,
     ) -> None:
         if total is not None and (isinstance(total, bool) or not isinstance(total, int)):
-            raise TypeError(f"total must be an int or None, got {total!r}")
+            raise ShardTypeError(f"total must be an int or None, got {total!r}")
         self.total = total
         self.description = description
         self.unit = unit

@@ -8,6 +8,7 @@ import threading
 
 import pytest
 
+from sharded_orm.errors import ShardConfigError
 from sharded_orm.progress import progress
 
 
@@ -89,3 +90,8 @@ def test_status_line_without_total() -> None:
     bar.advance(5)
     assert bar.status_line().startswith("scan: 5 rows, ")
     assert "ETA" not in bar.status_line()
+
+
+def test_unknown_mode_is_refused() -> None:
+    with pytest.raises(ShardConfigError, match="'loud'"):
+        progress(10, "x", mode="loud")  # type: ignore[arg-type]

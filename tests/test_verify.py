@@ -130,3 +130,11 @@ def test_cli_verify_bad_target_exits_2(
     monkeypatch.syspath_prepend(str(tmp_path))
     assert main(["verify", "sqlite://", "naive_target:NaiveLogEntry"]) == 2
     assert "no shard columns" in capsys.readouterr().err
+
+
+def test_a_connection_works_as_bind_and_a_url_string_does_not() -> None:
+    engine = _sqlite_with_rows(20)
+    with engine.connect() as conn:
+        assert verify(conn, CrcLogEntry).rows_checked == 20
+    with pytest.raises(TypeError, match="Engine or Connection.*create_engine"):
+        verify("sqlite://", CrcLogEntry)

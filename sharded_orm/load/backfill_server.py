@@ -30,7 +30,7 @@ from sqlalchemy import types as sqltypes
 from sharded_orm.checks import check_identifier, check_positive_int
 from sharded_orm.errors import ShardConfigError, UnsupportedOnDialectError
 from sharded_orm.hashing import CRC32, FARM_FINGERPRINT, validate_algorithm
-from sharded_orm.load.verify import mismatch_sql, quote
+from sharded_orm.load.verify import connect, mismatch_sql, quote
 from sharded_orm.progress import progress
 from sharded_orm.schema.columns import get_shard_column, table_of
 from sharded_orm.spanner import is_spanner
@@ -109,7 +109,7 @@ def _key_names(bind: Any, table: Any, name: str) -> list[str]:
         "SELECT COLUMN_NAME FROM INFORMATION_SCHEMA.INDEX_COLUMNS WHERE TABLE_SCHEMA = '' "
         "AND TABLE_NAME = :t AND INDEX_TYPE = 'PRIMARY_KEY' ORDER BY ORDINAL_POSITION"
     )
-    with bind.connect() as conn:
+    with connect(bind) as conn:
         return [str(r[0]) for r in conn.execute(sql, {"t": name})]
 
 
@@ -169,7 +169,7 @@ def _reflected_sources(bind: Any, table: str, names: Sequence[str]) -> list[sa.C
         "SELECT COLUMN_NAME, SPANNER_TYPE FROM INFORMATION_SCHEMA.COLUMNS "
         "WHERE TABLE_SCHEMA = '' AND TABLE_NAME = :t"
     )
-    with bind.connect() as conn:
+    with connect(bind) as conn:
         found = {name: str(type_) for name, type_ in conn.execute(sql, {"t": table})}
     if not found:
         raise ShardConfigError(f"table {table!r} does not exist in this database")
@@ -273,7 +273,7 @@ def backfill_server_side(
     start = time.monotonic()
     col = quote(column_name)
     sql = backfill_sql(name, column_name, cols, n, fix_stale=fix_stale)
-    with bind.connect() as conn:
+    with connect(bind) as conn:
         missing = int(
             conn.exec_driver_sql(
                 f"SELECT COUNT(*) FROM {quote(name, 'table name')} WHERE {col} IS NULL"
@@ -311,7 +311,7 @@ def backfill_server_side(
         check = (
             f"SELECT COUNTIF({mismatch_sql(column_name, cols, n)}) FROM {quote(name, 'table name')}"
         )
-        with bind.connect() as conn:
+        with connect(bind) as conn:
             mismatched = int(conn.exec_driver_sql(check).scalar_one() or 0)
         rpcs += 1
         if mismatched:

@@ -15,6 +15,7 @@ A NULL shard counts as a mismatch (a row the backfill has not reached yet).
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -23,14 +24,14 @@ from typing import Any
 import sqlalchemy as sa
 
 from sharded_orm.checks import check_identifier
-from sharded_orm.errors import ShardConfigError, ShardingError
+from sharded_orm.errors import ShardConfigError, ShardingError, ShardTypeError
 from sharded_orm.hashing import FARM_FINGERPRINT
 from sharded_orm.progress import progress
 from sharded_orm.schema.columns import ShardColumn, shard_columns, table_of
 from sharded_orm.spanner import is_spanner
 from sharded_orm.spanner.expressions import shard_sql
 
-__all__ = ["VerifyReport", "mismatch_sql", "quote", "verify"]
+__all__ = ["VerifyReport", "connect", "mismatch_sql", "quote", "verify"]
 
 
 def quote(name: str, what: str = "column name") -> str:
@@ -68,6 +69,13 @@ class VerifyReport:
             "ok": self.ok,
             "seconds": round(self.seconds, 3),
         }
+
+
+def connect(bind: Any) -> Any:
+    """A context giving a Connection: a new one from an Engine, or the Connection given."""
+    if isinstance(bind, sa.Connection):
+        return contextlib.nullcontext(bind)
+    return bind.connect()
 
 
 def _decoders(columns: Sequence[sa.Column[Any]], dialect: sa.Dialect) -> list[Any]:
@@ -135,7 +143,7 @@ def _spanner_scan(bind: Any, table: sa.Table, shards: Sequence[ShardColumn]) -> 
 def _sqlalchemy_scan(bind: Any, table: sa.Table, shards: Sequence[ShardColumn]) -> Iterable[Any]:
     columns = [c for sc in shards for c in sc.sources] + [sc.column for sc in shards]
     stmt = sa.select(*columns).execution_options(yield_per=5000)
-    with bind.connect() as conn:
+    with connect(bind) as conn:
         yield from conn.execute(stmt)
 
 
@@ -143,7 +151,7 @@ def _server_counts(bind: Any, table: sa.Table, shards: Sequence[ShardColumn]) ->
     """``[COUNT(*), mismatches of each column]`` in one server-side query."""
     tests = [f"COUNTIF({mismatch_sql(sc.name, sc.sources, sc.count)})" for sc in shards]
     sql = f"SELECT {', '.join(['COUNT(*)', *tests])} FROM {quote(table.name, 'table')}"
-    with bind.connect() as conn:
+    with connect(bind) as conn:
         row = conn.exec_driver_sql(sql).one()
     return [int(v or 0) for v in row]
 
@@ -154,6 +162,11 @@ def verify(bind: Any, model_or_table: Any, *, progress_mode: Any = "auto") -> Ve
     ``bind`` is an Engine or Connection; ``model_or_table`` a mapped class or ``Table``.
     Returns a :class:`VerifyReport` (``.rows_checked``, ``.mismatched`` by column name).
     """
+    if not isinstance(bind, (sa.Engine, sa.Connection)):
+        hint = " (create_engine(url) first)" if isinstance(bind, str) else ""
+        raise ShardTypeError(
+            f"verify takes a SQLAlchemy Engine or Connection, got {bind!r:.80}{hint}"
+        )
     table = table_of(model_or_table)
     shards = shard_columns(table)
     if not shards:
@@ -174,7 +187,7 @@ def verify(bind: Any, model_or_table: Any, *, progress_mode: Any = "auto") -> Ve
     if client:
         total = report.rows_checked or None
         if not server:  # the row count first, so the scan's progress has a total and ETA
-            with bind.connect() as conn:
+            with connect(bind) as conn:
                 count = sa.select(sa.func.count()).select_from(table)
                 total = int(conn.execute(count).scalar_one())
         scan = _spanner_scan if is_spanner(bind) else _sqlalchemy_scan
