@@ -29,8 +29,6 @@ from sqlalchemy import (
     Index,
     Select,
     Table,
-    TypeDecorator,
-    Uuid,
     and_,
     event,
     inspect,
@@ -164,12 +162,6 @@ def _compile_predicate(element: ShardPredicate, compiler: Any, **kw: Any) -> str
     return str(compiler.process(expr, **kw))
 
 
-def _base(type_: Any) -> Any:
-    while isinstance(type_, TypeDecorator):
-        type_ = type_.impl_instance
-    return type_
-
-
 def _split_criteria(criteria: tuple[Any, ...]) -> tuple[list[Any], ShardPredicate | None]:
     rest = [c for c in criteria if not isinstance(c, ShardPredicate)]
     preds = [c for c in criteria if isinstance(c, ShardPredicate)]
@@ -196,10 +188,6 @@ def point_of(plan: ShardPlan, criteria: Any, params: dict[str, Any] | None = Non
     for src in plan.shard.sources:
         bind = eqs.get(src)
         if bind is None or has_case_insensitive_collation(src):
-            return None
-        if plan.shard.server_side and isinstance(_base(src.type), Uuid):
-            # the server hashes the text the driver sent (case kept, dashes dropped), which
-            # the client cannot know from the value it reads back: read every shard
             return None
         if params is None and not getattr(bind, "unique", True):
             return None  # a named bindparam: its value may come at execution

@@ -151,7 +151,10 @@ def _uuid_coercer(column: Any) -> Coercer:
                 raise _value_error(column, v, "not a UUID") from None
         else:
             raise _type_error(column, v, "a Uuid column's source must be a UUID or its text")
-        return u if as_uuid else str(u)  # lower-case with dashes, as Spanner stores it
+        if as_uuid:
+            return u
+        text = str(u)  # lower-case with dashes: what the column reads back
+        return v if v.__class__ is str and v == text else text
 
     return coerce
 
@@ -293,6 +296,13 @@ def coercer_for(column: Column[Any]) -> Coercer:
     if isinstance(type_, sqltypes.NullType):
         return _untyped  # sa.column('x') with no type: hashed as given
     raise _refused_type(column)
+
+
+def sends_stored_form(column: Column[Any]) -> bool:
+    """Whether the column's stored form is also the Python value to send and keep on the
+    object. Not for an Enum: its stored form is the database string, while the column
+    takes and reads back the member."""
+    return not isinstance(_base_type(column.type), sqltypes.Enum)
 
 
 def _untyped(v: Any) -> Any:

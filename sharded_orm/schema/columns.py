@@ -42,7 +42,12 @@ from sharded_orm.hashing import (
     validate_algorithm,
     validate_count,
 )
-from sharded_orm.schema.coerce import Coercer, coercer_for, has_case_insensitive_collation
+from sharded_orm.schema.coerce import (
+    Coercer,
+    coercer_for,
+    has_case_insensitive_collation,
+    sends_stored_form,
+)
 from sharded_orm.schema.declare import check_source_declaration
 from sharded_orm.schema.registry import register, register_cascades
 
@@ -99,6 +104,8 @@ class ShardColumn:
     #: per source: True when its collation may equate distinct strings (a WHERE ``==``
     #: on it does not tell the stored value)
     loose: tuple[bool, ...] = field(default=(), repr=False, compare=False)
+    #: per source: True when its stored form is also the value to send (not for an Enum)
+    sends: tuple[bool, ...] = field(default=(), repr=False, compare=False)
 
     @property
     def name(self) -> str:
@@ -143,6 +150,18 @@ class ShardColumn:
         """The source values as their columns store them (what the hash is taken of)."""
         return [c(v) for c, v in zip(self.coercers, values, strict=True)]
 
+    def values_to_send(self, values: Sequence[object]) -> list[Any]:
+        """The source values to write so that the database stores what is hashed: each in
+        its stored form (an IntEnum member as its int, ``1`` into a Boolean as ``True``, an
+        upper-case UUID as its canonical text); the value itself when that already is its
+        stored form (the same object: callers test ``is`` to skip a copy)."""
+        if not self.coercers:
+            return list(values)
+        return [
+            c(v) if send else v
+            for c, send, v in zip(self.coercers, self.sends, values, strict=True)
+        ]
+
 
 def make_shard_column(
     column: Column[Any], spec: ShardSpec, sources: Sequence[Column[Any]]
@@ -152,7 +171,8 @@ def make_shard_column(
     pieces = [piece_function(piece_kind(s), c) for s, c in zip(sources, coercers, strict=True)]
     fn = shard_function_of_pieces(pieces, spec.count, spec.algorithm)
     loose = tuple(has_case_insensitive_collation(s) for s in sources)
-    return ShardColumn(column, spec, tuple(sources), fn, coercers, loose)
+    sends = tuple(sends_stored_form(s) for s in sources)
+    return ShardColumn(column, spec, tuple(sources), fn, coercers, loose, sends)
 
 
 def piece_kind(column: Any) -> str | None:

@@ -36,7 +36,12 @@ def text_sql(col_sql: str, type_: sqltypes.TypeEngine[Any]) -> str:
     if isinstance(t, sqltypes.Integer):
         return f"CAST({col_sql} AS STRING)"
     if isinstance(t, sqltypes.Uuid):
-        return f"LOWER(CAST({col_sql} AS STRING))"
+        # the client hashes str(uuid); the column holds whatever text was sent (SQLAlchemy
+        # sends 32 hex digits, others may send dashes or upper case): rebuild str(uuid)
+        hexed = f"LOWER(REPLACE(CAST({col_sql} AS STRING), '-', ''))"
+        groups = ((1, 8), (9, 4), (13, 4), (17, 4), (21, 12))
+        parts = [f"SUBSTR({hexed}, {a}, {n})" for a, n in groups]
+        return "CONCAT(" + ", '-', ".join(parts) + ")"
     if isinstance(t, (sqltypes.String, sqltypes.Enum)):
         return col_sql
     if isinstance(t, sqltypes.Numeric) and not isinstance(t, sqltypes.Float):

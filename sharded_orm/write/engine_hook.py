@@ -32,7 +32,7 @@ from sqlalchemy.sql.elements import ClauseElement, TextClause
 from sharded_orm.errors import ShardConfigError, ShardingWarning
 from sharded_orm.schema.registry import cascade_targets, sharded_names
 from sharded_orm.spanner import is_spanner
-from sharded_orm.write.rows import Fetch, RowShards, fast_insert_rows
+from sharded_orm.write.rows import Fetch, RowShards, fast_insert_rows, resendable
 from sharded_orm.write.sql import MISSING, literal_value, statement_values, where_equalities
 from sharded_orm.write.statements import check_from_select, onto_declared, with_upsert_shard
 from sharded_orm.write.targets import statement_table, write_shards
@@ -172,7 +172,17 @@ def _before_execute(
     if not multiparams and not params:
         # Values came only from .values(...): send the shard as a parameter, which Core
         # turns into a SET/VALUES entry (works with ordered_values() too).
-        return elem, multiparams, {k: v for k, v in new_rows[0].items() if k not in stmt_values}
+        # A source in .values() whose stored form differs is re-sent the same way.
+        first_row = new_rows[0]
+        return (
+            elem,
+            multiparams,
+            {
+                k: v
+                for k, v in first_row.items()
+                if k not in stmt_values or resendable(k, stmt_values)
+            },
+        )
     if multiparams:
         return elem, new_rows, params
     return elem, multiparams, new_rows[0]

@@ -55,11 +55,34 @@ def _source_code(v: str, kind: str | None) -> tuple[str, str, str] | None:
     return None
 
 
-def _shard_code(j: int, names: Sequence[str], sc: ShardColumn, ns: dict[str, Any], pad: str) -> str:
-    """Lines that set ``s<j>`` to the shard of ``sc`` from the variables ``names``."""
+def _shard_code(
+    j: int,
+    names: Sequence[str],
+    sc: ShardColumn,
+    ns: dict[str, Any],
+    pad: str,
+    resend: bool = False,
+) -> str:
+    """Lines that set ``s<j>`` to the shard of ``sc`` from the variables ``names``.
+
+    With ``resend``, a value off the inline path is replaced in its variable by the form
+    its column stores (``ShardColumn.values_to_send``), and ``dirty`` is set when one
+    changed, so the caller sends what was hashed."""
     parts = [_source_code(v, piece_kind(c)) for v, c in zip(names, sc.sources, strict=True)]
     ns[f"SLOW{j}"] = sc._fn
-    slow = f"s{j} = SLOW{j}([{', '.join(names)}])"
+    listed = ", ".join(names)
+    if resend:
+        ns[f"SEND{j}"] = sc.values_to_send
+        changed = " or ".join(f"w{j}[{i}] is not {v}" for i, v in enumerate(names))
+        slow = (
+            f"w{j} = SEND{j}([{listed}])\n"
+            f"{pad}if {changed}:\n"
+            f"{pad}    {listed}, = w{j}\n"
+            f"{pad}    dirty = True\n"
+            f"{pad}s{j} = SLOW{j}(w{j})"
+        )
+    else:
+        slow = f"s{j} = SLOW{j}([{listed}])"
     if sc.algorithm != CRC32 or any(p is None for p in parts):
         return f"{pad}{slow}\n"
     ns[f"FMT{j}"] = "".join(p[1] for p in parts if p)
@@ -70,7 +93,7 @@ def _shard_code(j: int, names: Sequence[str], sc: ShardColumn, ns: dict[str, Any
         f"{pad}if {tests}:\n"
         f"{pad}    s{j} = CRC((FMT{j} % ({args},)).encode()) % N{j}\n"
         f"{pad}else:\n"
-        f"{pad}    {slow}\n"
+        f"{pad}    {slow.replace(chr(10), chr(10) + '    ')}\n"
     )
 
 
@@ -131,14 +154,16 @@ def rows_filler(
         f"(g{j} == s{j} and g{j}.__class__ is not bool)" for j in range(len(shards))
     )
     compute = "".join(
-        _shard_code(j, [var[k] for k in sc.source_keys], sc, ns, "                ")
+        _shard_code(j, [var[k] for k in sc.source_keys], sc, ns, "                ", True)
         for j, sc in enumerate(shards)
     )
-    sets = "".join(f"            new[G{j}] = s{j}\n" for j in range(len(shards)))
+    shard_items = ", ".join(f"G{j}: s{j}" for j in range(len(shards)))
+    resets = "".join(f"                new[K{i}] = v{i}\n" for i in range(len(source_keys)))
     body = (
         "    out = []\n"
         "    append = out.append\n"
         "    for row in rows:\n"
+        "        dirty = False\n"
         f"{gets}"
         f"        if {none}:\n"
         "            try:\n"
@@ -146,8 +171,9 @@ def rows_filler(
         "            except (KeyError, UNHASHABLE):\n"
         "                append(SLOW_ROW(row))\n"
         "                continue\n"
-        "            new = row.copy()\n"
-        f"{sets}"
+        f"            new = {{**row, {shard_items}}}\n"
+        "            if dirty:\n"
+        f"{resets}"
         "            append(new)\n"
         f"        elif {given}:\n"
         "            try:\n"
@@ -155,7 +181,7 @@ def rows_filler(
         "            except (KeyError, UNHASHABLE):\n"
         "                append(SLOW_ROW(row))\n"
         "                continue\n"
-        f"            append(row if {agree} else SLOW_ROW(row))\n"
+        f"            append(row if not dirty and {agree} else SLOW_ROW(row))\n"
         "        else:\n"
         "            append(SLOW_ROW(row))\n"
         "    return out\n"
@@ -187,13 +213,15 @@ def object_filler(plans: Sequence[tuple[ShardColumn, str, Sequence[str]]]) -> Ob
         ns[f"G{j}"] = shard_attr
     reads = "".join(f"        v{i} = d[K{i}]\n" for i in range(len(attrs)))
     compute = "".join(
-        _shard_code(j, [var[a] for a in source_attrs], sc, ns, "        ")
+        _shard_code(j, [var[a] for a in source_attrs], sc, ns, "        ", True)
         for j, (sc, _, source_attrs) in enumerate(plans)
     )
     gets = "".join(f"    g{j} = d.get(G{j})\n" for j in range(len(plans)))
     agree = " and ".join(f"(g{j} is None or g{j} == s{j})" for j in range(len(plans)))
     sets = "".join(f"        d[G{j}] = s{j}\n" for j in range(len(plans)))
+    resets = "".join(f"            d[K{i}] = v{i}\n" for i in range(len(attrs)))
     body = (
+        "    dirty = False\n"
         "    try:\n"
         f"{reads}{compute}"
         "    except (KeyError, UNHASHABLE):\n"
@@ -201,6 +229,8 @@ def object_filler(plans: Sequence[tuple[ShardColumn, str, Sequence[str]]]) -> Ob
         f"{gets}"
         f"    if {agree}:\n"
         f"{sets}"
+        "        if dirty:  # the object keeps, and the INSERT sends, the stored form\n"
+        f"{resets}"
         "        return True\n"
         "    return False\n"
     )

@@ -23,9 +23,9 @@ from sqlalchemy import Table, event
 from sqlalchemy.orm import Mapper, attributes
 from sqlalchemy.orm.attributes import flag_modified, instance_dict
 
-from sharded_orm.errors import ShardingError, ShardValueError
+from sharded_orm.errors import ShardingError
 from sharded_orm.schema.columns import ShardColumn, is_shard_column, shard_columns
-from sharded_orm.write.fastpath import object_filler, row_shard
+from sharded_orm.write.fastpath import object_filler
 from sharded_orm.write.rows import mismatch
 from sharded_orm.write.sql import MISSING, evaluate_default, evaluate_onupdate
 from sharded_orm.write.trust import counter, forget
@@ -70,17 +70,17 @@ def _insert_values(
 
 def install_mapper_events(mapper: Mapper[Any]) -> None:
     """Attach the flush events to one mapper whose tables have shard columns."""
-    plans = [(sc, sa, srcs, row_shard(sc, srcs)) for sc, sa, srcs in mapper_plans(mapper)]
+    plans = mapper_plans(mapper)
     pk_cols = {c for t in mapper.tables for c in t.primary_key}
     onupdate = {
         mapper.get_property_by_column(c).key: c
-        for sc, _, _, _ in plans
+        for sc, _, _ in plans
         for c in sc.sources
         if c.onupdate is not None
     }
     column_attrs = [p.key for p in mapper.column_attrs]
 
-    fill = object_filler([p[:3] for p in plans])
+    fill = object_filler(plans)
     tables = [id(t) for t in sharded_tables(mapper)]
 
     def before_insert(mapper_: Any, connection: Any, state: Any) -> None:
@@ -97,11 +97,14 @@ def install_mapper_events(mapper: Mapper[Any]) -> None:
 
     def _fill_slowly(state: Any, d: Any) -> None:
         target = state.obj()
-        for sc, shard_attr, source_attrs, fn in plans:
-            try:
-                shard = fn(d)
-            except (KeyError, ShardValueError):  # unset or None: maybe a default applies
-                shard = sc.compute(_insert_values(sc, source_attrs, target, d))
+        for sc, shard_attr, source_attrs in plans:
+            # unset or None: maybe a default applies (evaluated and stored)
+            values = _insert_values(sc, source_attrs, target, d)
+            send = sc.values_to_send(values)
+            for attr, v, stored in zip(source_attrs, values, send, strict=True):
+                if stored is not v:
+                    d[attr] = stored  # the object holds, and the INSERT sends, what is hashed
+            shard = sc.compute(send)
             given = d.get(shard_attr)
             if given is not None and given != shard:
                 raise mismatch(sc, given, shard)
@@ -112,12 +115,17 @@ def install_mapper_events(mapper: Mapper[Any]) -> None:
         state = attributes.instance_state(target)
         if onupdate:
             _apply_onupdate(state, target, onupdate, column_attrs)
-        for sc, shard_attr, source_attrs, _ in plans:
+        for sc, shard_attr, source_attrs in plans:
             changed = [a for a in source_attrs if state.attrs[a].history.has_changes()]
             shard_hist = state.attrs[shard_attr].history
             if not changed and not shard_hist.has_changes():
                 continue
-            shard = sc.compute([getattr(target, a) for a in source_attrs])
+            values = [getattr(target, a) for a in source_attrs]
+            send = sc.values_to_send(values)
+            for attr, v, stored in zip(source_attrs, values, send, strict=True):
+                if stored is not v:
+                    setattr(target, attr, stored)  # sent and kept in its stored form
+            shard = sc.compute(send)
             given = shard_hist.added[0] if shard_hist.added else None
             derived = (
                 given is None or given == shard or _was_derived(sc, state, source_attrs, given)

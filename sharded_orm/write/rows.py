@@ -21,6 +21,8 @@ import datetime as _dt
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from sqlalchemy.sql.elements import BindParameter
+
 from sharded_orm.errors import ShardConfigError, ShardMismatchError, ShardValueError
 from sharded_orm.schema.columns import ShardColumn
 from sharded_orm.write.fastpath import RowsFiller, rows_filler
@@ -104,7 +106,12 @@ class RowShards:
             for k, v in values.items():
                 if k not in stmt_values:
                     out.setdefault(k, v)  # defaults we evaluated are written too
-            shard = sc.compute([values[k] for k in sc.source_keys])
+            given = [values[k] for k in sc.source_keys]
+            send = sc.values_to_send(given)
+            for k, v, stored in zip(sc.source_keys, given, send, strict=True):
+                if stored is not v and resendable(k, stmt_values):
+                    out[k] = stored  # what is hashed is what is stored
+            shard = sc.compute(send)
             _check_given(sc, out, stmt_values, shard)
             out[sc.key] = shard
         for sc in self.server_made:
@@ -156,10 +163,15 @@ class RowShards:
             if self.on_spanner:
                 _refuse_key_change(sc, setting)
             values = self._update_sources(sc, out, stmt_values, pinned, setting, fetch)
-            shard = sc.compute(values)
+            send = sc.values_to_send(values)
+            shard = sc.compute(send)
             _check_given(sc, out, stmt_values, shard)
             if out is row:
                 out = dict(row)
+            for k, v, stored in zip(sc.source_keys, values, send, strict=True):
+                sent = k in out or k in stmt_values  # not a pinned or fetched one
+                if stored is not v and sent and resendable(k, stmt_values):
+                    out[k] = stored  # what is hashed is what is stored
             out[sc.key] = shard
         for sc in self.server_made:
             setting = [k for k in sc.source_keys if k in out or k in stmt_values]
@@ -232,6 +244,15 @@ class RowShards:
         out = dict(row)
         del out[sc.key]
         return out
+
+
+def resendable(key: str, stmt_values: Mapping[str, Any]) -> bool:
+    """Whether a source can be sent in the row: it is not in ``.values()``, or is there as
+    a plain literal, which an execution parameter of the same key overrides."""
+    if key not in stmt_values:
+        return True
+    v = stmt_values[key]
+    return isinstance(v, BindParameter) and v.unique and v.callable is None
 
 
 def _refuse_key_change(sc: ShardColumn, setting: list[str]) -> None:

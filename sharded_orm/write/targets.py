@@ -100,5 +100,11 @@ def _rekey(sc: ShardColumn, by_name: dict[str, Any]) -> ShardColumn:
         return by_name.get(col.name) if col.name in by_name else _column_clause(col.name)
 
     return ShardColumn(
-        own(sc.column), sc.spec, tuple(own(c) for c in sc.sources), sc._fn, sc.coercers, sc.loose
+        own(sc.column),
+        sc.spec,
+        tuple(own(c) for c in sc.sources),
+        sc._fn,
+        sc.coercers,
+        sc.loose,
+        sc.sends,
     )
