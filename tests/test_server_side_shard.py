@@ -16,9 +16,16 @@ from decimal import Decimal
 import pytest
 import sqlalchemy as sa
 from google.api_core.datetime_helpers import DatetimeWithNanoseconds
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
-from sharded_orm import UTCDateTime, compute_shard, shard_column, shard_columns
+from sharded_orm import (
+    ShardedIndex,
+    UTCDateTime,
+    compute_shard,
+    shard_column,
+    shard_columns,
+    sharded_select,
+)
 
 UTC = dt.timezone.utc
 N = 1 << 16  # the largest count: the most sensitive comparison
@@ -161,3 +168,93 @@ def test_server_side_column_is_plain_on_sqlite() -> None:
             assert row[sc.key] == compute_shard(
                 [row[k] for k in sc.source_keys], N, "farm_fingerprint"
             )
+
+
+# --------------------------------------------------------------------------- UUID sources
+
+
+class UuidRow(Base):
+    __tablename__ = "uuid_sources"
+    id: Mapped[int] = mapped_column(primary_key=True, autoincrement=False)
+    text_u: Mapped[str] = mapped_column(sa.Uuid(as_uuid=False))
+    obj_u: Mapped[uuid.UUID] = mapped_column(sa.Uuid())
+    sh_text: Mapped[int] = shard_column(
+        "text_u", count=64, algorithm="farm_fingerprint", server_side=True
+    )
+    sh_obj: Mapped[int] = shard_column(
+        "obj_u", count=64, algorithm="farm_fingerprint", server_side=True
+    )
+    __table_args__ = (
+        ShardedIndex("ix_uuid_text", "text_u", shard="sh_text"),
+        ShardedIndex("ix_uuid_obj", "obj_u", shard="sh_obj"),
+    )
+
+
+UUIDS = [
+    "15b7bd1f-84aa-4c2e-9f00-0123456789ab",
+    "0b7f6c4e-1f7c-4c8e-9a31-6e3c1d1e0f02",
+    "ffffffff-0000-4000-8000-00000000000a",
+]
+
+
+@pytest.mark.parametrize("kind", ["sqlite", pytest.param("spanner", marks=pytest.mark.emulator)])
+def test_uuid_sources_stored_shard_equals_client_compute(
+    request: pytest.FixtureRequest, kind: str
+) -> None:
+    """A UUID source's shard is the hash of ``str(uuid)`` however the text was written:
+    the server expression rebuilds the canonical text from the stored one (SQLAlchemy
+    sends 32 hex digits; raw SQL may store dashes and upper case), and point lookups by
+    the canonical or the upper-case form find exactly what the unsharded query finds."""
+    engine = (
+        sa.create_engine("sqlite://")
+        if kind == "sqlite"
+        else request.getfixturevalue("spanner_engine")
+    )
+    Base.metadata.create_all(engine, tables=[UuidRow.__table__])
+    with Session(engine) as s:  # given upper-case, canonical text, a UUID object's text
+        s.add(UuidRow(id=0, text_u=UUIDS[0].upper(), obj_u=UUIDS[0].upper()))
+        s.add(UuidRow(id=1, text_u=UUIDS[1], obj_u=uuid.UUID(UUIDS[1])))
+        s.commit()
+    with engine.begin() as conn:
+        conn.execute(
+            UuidRow.__table__.insert(), [{"id": 2, "text_u": UUIDS[2].upper(), "obj_u": UUIDS[2]}]
+        )
+    if kind == "spanner":  # another writer's text: dashes and upper case kept as sent
+        with engine.begin() as conn:
+            conn.execute(
+                sa.text(
+                    "INSERT INTO uuid_sources (id, text_u, obj_u) VALUES (3, :t, :o)"
+                ).execution_options(sharded_orm_raw_sql_ok=True),
+                {"t": UUIDS[0].upper(), "o": UUIDS[0].replace("-", "").upper()},
+            )
+    text_sc, obj_sc = shard_columns(UuidRow)
+    with engine.connect() as conn:
+        raw = {
+            r.id: r
+            for r in conn.execute(
+                sa.text("SELECT id, text_u, obj_u, sh_text, sh_obj FROM uuid_sources")
+            )
+        }
+        rows = conn.execute(sa.select(UuidRow.__table__)).all()
+    assert raw[0].text_u == UUIDS[0].replace("-", "")  # sent in its canonical form
+    for r in rows:
+        want = compute_shard(uuid.UUID(r.text_u), 64, "farm_fingerprint")
+        assert (
+            r.sh_text == want == text_sc.compute([r.text_u]) == text_sc.compute([r.text_u.upper()])
+        )
+        assert (
+            r.sh_obj == compute_shard(r.obj_u, 64, "farm_fingerprint") == obj_sc.compute([r.obj_u])
+        )
+    for u in UUIDS:
+        for look in (u, u.upper()):
+            for col, index in ((UuidRow.text_u, "ix_uuid_text"), (UuidRow.obj_u, "ix_uuid_obj")):
+                value = look if col is UuidRow.text_u else uuid.UUID(look)
+                point = sharded_select(UuidRow, index=index).where(col == value)
+                assert "BETWEEN" not in str(point)  # pruned to one shard
+                plain = sa.select(UuidRow).where(col == value)
+                with engine.connect() as conn:
+                    got = sorted(x.id for x in conn.execute(point).all())
+                    assert got == sorted(x.id for x in conn.execute(plain).all())
+                    if look == u or col is UuidRow.obj_u:
+                        assert got and set(got) <= {UUIDS.index(u), 3}
+    engine.dispose()

@@ -115,7 +115,9 @@ class RowShards:
             _check_given(sc, out, stmt_values, shard)
             out[sc.key] = shard
         for sc in self.server_made:
-            out = self._drop_server_made(sc, out, stmt_values, insert=True)
+            out = self._drop_server_made(
+                sc, stored_sources(sc, out, stmt_values), stmt_values, insert=True
+            )
         return out
 
     @staticmethod
@@ -177,7 +179,9 @@ class RowShards:
             setting = [k for k in sc.source_keys if k in out or k in stmt_values]
             if setting:
                 _refuse_key_change(sc, setting)
-            out = self._drop_server_made(sc, out, stmt_values, insert=False)
+            out = self._drop_server_made(
+                sc, stored_sources(sc, out, stmt_values), stmt_values, insert=False
+            )
         return out
 
     def _update_sources(
@@ -244,6 +248,26 @@ class RowShards:
         out = dict(row)
         del out[sc.key]
         return out
+
+
+def stored_sources(
+    sc: ShardColumn, row: dict[str, Any], stmt_values: Mapping[str, Any]
+) -> dict[str, Any]:
+    """``row`` with the sources it sets of a shard Spanner computes in their stored form,
+    so the row holds what a lookup hashes (and the driver gets no IntEnum member)."""
+    out = row
+    for i, k in enumerate(sc.source_keys):
+        if not sc.sends or not sc.sends[i] or not resendable(k, stmt_values):
+            continue
+        v = out[k] if k in out else literal_value(stmt_values[k], out) if k in stmt_values else None
+        if v is None or v is MISSING:
+            continue  # not set here, or NULL: the database says what it thinks of that
+        stored = sc.coercers[i](v)
+        if stored is not v:
+            if out is row:
+                out = dict(row)
+            out[k] = stored
+    return out
 
 
 def resendable(key: str, stmt_values: Mapping[str, Any]) -> bool:
