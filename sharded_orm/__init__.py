@@ -10,6 +10,7 @@ from __future__ import annotations
 from sharded_orm.errors import (
     ShardConfigError,
     ShardingError,
+    ShardingWarning,
     ShardMismatchError,
     ShardTypeError,
     ShardValueError,
@@ -123,6 +124,7 @@ __all__ = [
     "ShardTypeError",
     "ShardValueError",
     "ShardingError",
+    "ShardingWarning",
     "UTCDateTime",
     "UnsupportedOnDialectError",
     "canonical_string",

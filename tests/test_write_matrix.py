@@ -602,7 +602,7 @@ def test_item3_lightweight_table_without_the_shard_column(backend: Backend) -> N
 
 
 def test_item3_raw_sql_writes_warn_once_per_statement(backend: Backend) -> None:
-    from sharded_orm.errors import ShardingWarning
+    from sharded_orm import ShardingWarning  # exported for filterwarnings
 
     _entries(backend.engine)
     sql = "UPDATE wm_entries SET EntryShardId = EntryShardId WHERE EntryId = 99"
