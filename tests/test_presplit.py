@@ -174,8 +174,10 @@ def test_expire_after_is_checked(bad: Any) -> None:
 
 @pytest.mark.emulator
 def test_emulator_answers_501_and_presplit_skips_with_a_log_line(
-    spanner_engine: Any, caplog: pytest.LogCaptureFixture
+    spanner_engine: Any, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # another test's logging.config.fileConfig (Alembic's env.py) may have disabled it
+    monkeypatch.setattr(logging.getLogger("sharded_orm.presplit"), "disabled", False)
     with caplog.at_level(logging.INFO, logger="sharded_orm.presplit"):
         report = presplit(spanner_engine, LogEntry)
     assert report.requests == 0

@@ -5,11 +5,18 @@ from __future__ import annotations
 import io
 import logging
 import threading
+import uuid
 
 import pytest
 
 from sharded_orm.errors import ShardConfigError
 from sharded_orm.progress import progress
+
+
+def _logger() -> logging.Logger:
+    """A fresh logger: one made at import time may have been disabled by another test's
+    logging.config.fileConfig (Alembic's env.py does that to every existing logger)."""
+    return logging.getLogger(f"tests.progress.{uuid.uuid4().hex}")
 
 
 class _Tty(io.StringIO):
@@ -19,9 +26,10 @@ class _Tty(io.StringIO):
 
 def test_log_mode_off_a_terminal_writes_plain_lines(caplog: pytest.LogCaptureFixture) -> None:
     stream = io.StringIO()
+    log = _logger()
     with (
-        caplog.at_level(logging.INFO, logger="sharded_orm.progress"),
-        progress(1000, "backfill T.S", interval=0.0, stream=stream) as bar,
+        caplog.at_level(logging.INFO, logger=log.name),
+        progress(1000, "backfill T.S", interval=0.0, stream=stream, logger=log) as bar,
     ):
         assert bar.mode == "log"
         for _ in range(10):
@@ -35,9 +43,10 @@ def test_log_mode_off_a_terminal_writes_plain_lines(caplog: pytest.LogCaptureFix
 
 
 def test_log_lines_are_rate_limited(caplog: pytest.LogCaptureFixture) -> None:
+    log = _logger()
     with (
-        caplog.at_level(logging.INFO, logger="sharded_orm.progress"),
-        progress(None, "load", interval=3600.0, stream=io.StringIO()) as bar,
+        caplog.at_level(logging.INFO, logger=log.name),
+        progress(None, "load", interval=3600.0, stream=io.StringIO(), logger=log) as bar,
     ):
         for _ in range(1000):
             bar.advance()
@@ -46,10 +55,11 @@ def test_log_lines_are_rate_limited(caplog: pytest.LogCaptureFixture) -> None:
 
 
 def test_failure_is_reported_as_failed(caplog: pytest.LogCaptureFixture) -> None:
+    log = _logger()
     with (
-        caplog.at_level(logging.INFO, logger="sharded_orm.progress"),
+        caplog.at_level(logging.INFO, logger=log.name),
         pytest.raises(RuntimeError),
-        progress(10, "verify", stream=io.StringIO()) as bar,
+        progress(10, "verify", stream=io.StringIO(), logger=log) as bar,
     ):
         bar.advance(3)
         raise RuntimeError("boom")
