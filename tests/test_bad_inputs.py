@@ -704,9 +704,9 @@ def _emu_page(eng: sa.Engine) -> object:
 
 E = EmulatorCase
 EMULATOR_CASES: list[EmulatorCase] = [
-    E("bulk_load", "missing table", "a table not created", lambda eng: so.bulk_load(eng, LogEntry, [log_row()], progress=False), ShardingError, "LogEntries"),
-    E("page", "missing table", "a table not created", _emu_page, sa.exc.DBAPIError, "Events"),
-    E("verify", "missing table", "a table not created", lambda eng: so.verify(eng, LogEntry), sa.exc.DBAPIError, "LogEntries"),
+    E("bulk_load", "missing table", "a table not created on the emulator", lambda eng: so.bulk_load(eng, LogEntry, [log_row()], progress=False), ShardingError, "LogEntries"),
+    E("page", "missing table", "a table not created on the emulator", _emu_page, sa.exc.DBAPIError, "Events"),
+    E("verify", "missing table", "a table not created on the emulator", lambda eng: so.verify(eng, LogEntry), sa.exc.DBAPIError, "LogEntries"),
     E("SpannerSequence", "missing table", "a sequence not created", lambda eng: so.SpannerSequence(eng, "NoSuchSeq", deadline=10).next_id(), ShardingError, "NoSuchSeq"),
     E("TableSequence", "missing table", "a Sequences table not created", lambda eng: so.TableSequence(eng, "s", deadline=10).next_id(), ShardingError, "Sequences"),
     E("backfill_shard", "missing table", "a table not created", lambda eng: alembic_ext.backfill_shard(eng, "LogEntries", "EntryShardId", sources=["CompanyId", "Timestamp"], count=10, progress=False), ShardingError, "LogEntries"),
