@@ -157,7 +157,7 @@ def rows_filler(
         _shard_code(j, [var[k] for k in sc.source_keys], sc, ns, "                ", True)
         for j, sc in enumerate(shards)
     )
-    shard_items = ", ".join(f"G{j}: s{j}" for j in range(len(shards)))
+    sets = "".join(f"            new[G{j}] = s{j}\n" for j in range(len(shards)))
     resets = "".join(f"                new[K{i}] = v{i}\n" for i in range(len(source_keys)))
     body = (
         "    out = []\n"
@@ -171,7 +171,8 @@ def rows_filler(
         "            except (KeyError, UNHASHABLE):\n"
         "                append(SLOW_ROW(row))\n"
         "                continue\n"
-        f"            new = {{**row, {shard_items}}}\n"
+        "            new = row.copy()\n"  # faster than {**row, G0: s0}
+        f"{sets}"
         "            if dirty:\n"
         f"{resets}"
         "            append(new)\n"
