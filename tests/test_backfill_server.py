@@ -6,11 +6,11 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from at_scale_models import CrcLogEntry, FarmBase, FarmLogEntry, load_old_rows, rows
 
 from sharded_orm import ShardConfigError, UnsupportedOnDialectError, get_shard_column
 from sharded_orm.load.backfill_server import backfill_server_side, backfill_sql
 from sharded_orm.spanner.mutations import database_of
-from tests.at_scale_models import CrcLogEntry, FarmBase, FarmLogEntry, load_old_rows, rows
 
 N = 3000
 

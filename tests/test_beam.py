@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from at_scale_models import BASE_TS, CrcBase, CrcLogEntry, load_old_rows, rows
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from sharded_orm import ShardConfigError, get_shard_column, verify
-from tests.at_scale_models import BASE_TS, CrcBase, CrcLogEntry, load_old_rows, rows
 
 beam = pytest.importorskip("apache_beam", reason="the beam extra is not installed")
 

@@ -18,6 +18,7 @@ import pytest
 import sqlalchemy as sa
 from hypothesis import given
 from hypothesis import strategies as st
+from seed_models import LogEntry, User, UserSession
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from sharded_orm import (
@@ -38,7 +39,6 @@ from sharded_orm.tools.doctor import (
 )
 from sharded_orm.tools.doctor.keys import Catalog
 from sharded_orm.tools.simulate.instance import key_part_text
-from tests.seed_models import LogEntry, User, UserSession
 
 T0 = dt.datetime(2026, 11, 23, 10, 0, tzinfo=dt.timezone.utc)
 _orders = itertools.count(1)
@@ -220,7 +220,7 @@ def test_cli_table_json_and_exit_code(
     module = tmp_path / "prod_models.py"
     module.write_text(
         "from tests.test_doctor import Log, Order, Counter, Ticket\n"
-        "from tests.seed_models import LogEntry, User, UserSession\n"
+        "from seed_models import LogEntry, User, UserSession\n"
         "MODELS = [Log, Order, Counter, Ticket, LogEntry, User, UserSession]\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))

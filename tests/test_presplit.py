@@ -13,12 +13,12 @@ import pytest
 import sqlalchemy as sa
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from seed_models import Event, LogEntry, User
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from sharded_orm import ShardedIndex, UnsupportedOnDialectError, shard_column
 from sharded_orm.errors import ShardConfigError
 from sharded_orm.load.presplit import SplitPoint, presplit, split_points
-from tests.seed_models import Event, LogEntry, User
 
 
 class _Base(DeclarativeBase):

@@ -8,13 +8,7 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from sqlalchemy.orm import Session
-
-from sharded_orm import ShardConfigError, get_shard_column
-from sharded_orm.load.verify import verify
-from sharded_orm.spanner.mutations import database_of
-from sharded_orm.tools.cli import main
-from tests.at_scale_models import (
+from at_scale_models import (
     CrcBase,
     CrcLogEntry,
     FarmBase,
@@ -22,7 +16,13 @@ from tests.at_scale_models import (
     load_old_rows,
     rows,
 )
-from tests.seed_models import NaiveLogEntry, User
+from seed_models import NaiveLogEntry, User
+from sqlalchemy.orm import Session
+
+from sharded_orm import ShardConfigError, get_shard_column
+from sharded_orm.load.verify import verify
+from sharded_orm.spanner.mutations import database_of
+from sharded_orm.tools.cli import main
 
 KEY = ("CompanyId", "UserId", "Timestamp")
 
@@ -92,7 +92,7 @@ def test_emulator_server_count_for_farm_and_partitioned_scan_for_crc32(
 
 
 def _models_module(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    (tmp_path / "verify_target.py").write_text("from tests.at_scale_models import CrcLogEntry\n")
+    (tmp_path / "verify_target.py").write_text("from at_scale_models import CrcLogEntry\n")
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
 
@@ -125,7 +125,7 @@ def test_cli_verify_text_json_and_exit_codes(
 def test_cli_verify_bad_target_exits_2(
     tmp_path: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    (tmp_path / "naive_target.py").write_text("from tests.seed_models import NaiveLogEntry\n")
+    (tmp_path / "naive_target.py").write_text("from seed_models import NaiveLogEntry\n")
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
     assert main(["verify", "sqlite://", "naive_target:NaiveLogEntry"]) == 2
