@@ -219,7 +219,7 @@ def test_cli_table_json_and_exit_code(
     export.write_text(json.dumps(SCENARIOS[name], default=str))
     module = tmp_path / "prod_models.py"
     module.write_text(
-        "from tests.test_doctor import Log, Order, Counter, Ticket\n"
+        "from test_doctor import Log, Order, Counter, Ticket\n"
         "from seed_models import LogEntry, User, UserSession\n"
         "MODELS = [Log, Order, Counter, Ticket, LogEntry, User, UserSession]\n"
     )
