@@ -28,4 +28,4 @@ def test_batch_exposes_its_encoded_mutations() -> None:
     write = mutations[0].insert_or_update
     assert write.table == "LogEntries"
     assert list(write.columns) == ["CompanyId", "Timestamp"]
-    assert write.values[0].values[1].string_value.startswith("2026-01-02T03:04:05")
+    assert str(write.values[0][1]).startswith("2026-01-02T03:04:05")
