@@ -290,7 +290,7 @@ def test_emulator_engine_still_reaches_the_emulator_beside_the_mock(
 
 # --- the mock server ---------------------------------------------------------------------
 
-T = sa.table("t", sa.column("c"), sa.column("id"))
+T = sa.table("unsharded_t", sa.column("c"), sa.column("id"))
 
 
 def test_mock_server_answers_a_select_and_records_its_sql(mock_spanner: Any) -> None:
@@ -299,7 +299,9 @@ def test_mock_server_answers_a_select_and_records_its_sql(mock_spanner: Any) -> 
     mock_spanner.add_result(str(stmt.compile(engine)), [("c", "INT64")], [[7], [None]])
     with engine.connect() as conn:
         assert conn.execute(stmt).all() == [(7,), (None,)]
-    assert mock_spanner.executed_sql() == ["SELECT t.c\nFROM t\nWHERE t.id = @a0"]
+    assert mock_spanner.executed_sql() == [
+        "SELECT unsharded_t.c\nFROM unsharded_t\nWHERE unsharded_t.id = @a0"
+    ]
     engine.dispose()
 
 
@@ -326,7 +328,7 @@ def test_mock_server_dml_commit_and_injected_errors(mock_spanner: Any) -> None:
     engine = mock_spanner.engine()
     insert = T.insert().values(c=1, id=2)
     mock_spanner.add_update_count(str(insert.compile(engine)), 1)
-    sent = "INSERT INTO t (c, id) VALUES (@a0, @a1)"
+    sent = "INSERT INTO unsharded_t (c, id) VALUES (@a0, @a1)"
 
     with engine.begin() as conn:
         assert conn.execute(insert).rowcount == 1
