@@ -44,7 +44,7 @@ from sharded_orm import (
 )
 from sharded_orm.schema.keys import is_descending
 
-pytestmark = pytest.mark.emulator
+pytestmark = [pytest.mark.emulator, pytest.mark.slow]
 
 ROWS = 2_000
 BATCH = 500

@@ -32,7 +32,7 @@ from sharded_orm.load.bulk import BulkLoadError, bulk_load
 from sharded_orm.retry import RetryError
 from sharded_orm.testing.faults import FaultProxy
 
-pytestmark = pytest.mark.emulator
+pytestmark = [pytest.mark.emulator, pytest.mark.slow]
 
 UTC = dt.timezone.utc
 T0 = dt.datetime(2024, 1, 1, tzinfo=UTC)
