@@ -36,6 +36,7 @@ from sqlalchemy.schema import ExecutableDDLElement
 from sqlalchemy.sql import operators
 from sqlalchemy.sql.elements import UnaryExpression
 
+from sharded_orm.checks import quote_identifier
 from sharded_orm.errors import ShardConfigError
 
 from . import ops as _ops  # noqa: F401  (registers op.backfill_shard, op.alter_index_storing)
@@ -293,7 +294,10 @@ class SpannerImpl(DefaultImpl):
         if conn is not None:
             found = [i for i in reflection.read_indexes(conn).values() if i.name == index]
             stored = set(found[0].storing) if found else None
-        q = self.dialect.identifier_preparer.quote
+
+        def q(name: str) -> str:  # pasted into text: checked and quoted by the dialect
+            return quote_identifier(self.dialect, name, "index or column name")
+
         for col in add:
             if stored is None or col not in stored:
                 self._exec(sa.text(f"ALTER INDEX {q(index)} ADD STORED COLUMN {q(col)}"))

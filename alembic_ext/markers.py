@@ -19,6 +19,7 @@ import hashlib
 import re
 from dataclasses import dataclass
 
+from sharded_orm.errors import ShardConfigError
 from sharded_orm.schema.columns import ShardColumn
 
 MAX_NAME = 128
@@ -56,6 +57,12 @@ def marker_for(sc: ShardColumn) -> Marker:
 
 
 def marker_clause(column: str, count: int, quote: str = '"') -> str:
+    """The CHECK text of a shard marker; the column name is pasted into it, so it is checked."""
+    if not isinstance(column, str) or quote in column or not column.isprintable():
+        raise ShardConfigError(
+            f"shard column name {column!r} cannot be written into a CHECK constraint: "
+            f"it holds {quote} or a control character. Rename the column."
+        )
     q = f"{quote}{column}{quote}"
     return f"{q} >= 0 AND {q} < {count}"
 

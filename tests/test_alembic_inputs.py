@@ -262,3 +262,27 @@ def test_importing_alembic_ext_before_alembic_works(first: str) -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
     )
     assert out.returncode == 0, out.stderr
+
+
+def test_names_pasted_into_alembic_text_are_checked() -> None:
+    """The marker CHECK and ALTER INDEX ... STORED COLUMN are built as text: no name escapes."""
+    import io
+
+    from alembic.runtime.migration import MigrationContext
+
+    from alembic_ext.markers import marker_clause
+    from sharded_orm.errors import ShardConfigError
+    from sharded_orm.spanner.dialect import SpannerDialect
+
+    assert marker_clause("EntryShardId", 16) == '"EntryShardId" >= 0 AND "EntryShardId" < 16'
+    with pytest.raises(ShardConfigError, match="CHECK constraint"):
+        marker_clause('Shard" >= 0); DROP TABLE Users; --', 16)
+    buf = io.StringIO()
+    ctx = MigrationContext.configure(
+        dialect=SpannerDialect(), opts={"as_sql": True, "output_buffer": buf}
+    )
+    with pytest.raises(ShardConfigError, match="not a valid Spanner name"):
+        ctx.impl.alter_index_storing("Ix`; DROP TABLE Users; --", ["Payload"], [])  # type: ignore[attr-defined]
+    assert "DROP TABLE" not in buf.getvalue()
+    ctx.impl.alter_index_storing("LogEntriesByCompany", ["Payload"], [])  # type: ignore[attr-defined]
+    assert "ALTER INDEX `LogEntriesByCompany` ADD STORED COLUMN `Payload`" in buf.getvalue()
