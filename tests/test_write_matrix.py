@@ -605,7 +605,8 @@ def test_item3_raw_sql_writes_warn_once_per_statement(backend: Backend) -> None:
     from sharded_orm import ShardingWarning  # exported for filterwarnings
 
     _entries(backend.engine)
-    sql = "UPDATE wm_entries SET EntryShardId = EntryShardId WHERE EntryId = 99"
+    # warned once per statement text in the process: each backend gets its own text
+    sql = f"UPDATE wm_entries SET EntryShardId = EntryShardId WHERE EntryId = {len(backend.name)}"
     warned = pytest.warns(ShardingWarning, match="raw SQL writes sharded table 'wm_entries'")
     with warned, backend.engine.begin() as c:
         c.execute(sa.text(sql))
