@@ -255,8 +255,9 @@ def test_csv_export(tmp_path: Path) -> None:
 # --- the simulator's predicted rows as a source ---------------------------------------------
 
 
-def test_simulator_rows_are_diagnosed_like_production() -> None:
-    import examples.hotspots as h
+def test_simulator_rows_are_diagnosed_like_production(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parent.parent / "examples"))
+    import hotspots as h
 
     schemas, workload, instance = h.scenarios(0.2)["company_100x"]
     comparison = simulate({"10 shards": schemas["10 shards"]}, workload, instance)

@@ -91,8 +91,17 @@ def desc_transform(col: Column[Any]) -> Callable[[Any], Any]:
     if isinstance(t, (sqltypes.Integer, sqltypes.Numeric, sqltypes.Boolean)):
         return lambda v: -v
     if isinstance(t, sqltypes.LargeBinary):
-        return lambda v: bytes(v).translate(INVERT) + b"\xff"
-    return lambda v: str(v).encode().translate(INVERT) + b"\xff"
+        return lambda v: _descending_bytes(bytes(v))
+    return lambda v: _descending_bytes(str(v).encode())
+
+
+def _descending_bytes(b: bytes) -> bytes:
+    """Bytes that sort in reverse: escape 0x00, end with 00 00, invert every byte.
+
+    The terminator sorts below any escaped byte, so no encoding is a prefix of another and
+    inverting the bytes reverses the order exactly (a plain invert + terminator put '' after
+    '\\x00')."""
+    return (b.replace(b"\x00", b"\x00\xff") + b"\x00\x00").translate(INVERT)
 
 
 def space_index_parts(index: Index) -> list[tuple[Column[Any], bool]]:
@@ -183,8 +192,13 @@ def desc_inverse(col: Column[Any]) -> Callable[[Any], Any]:
     if isinstance(t, (sqltypes.Integer, sqltypes.Numeric, sqltypes.Boolean)):
         return lambda v: -v
     if isinstance(t, sqltypes.LargeBinary):
-        return lambda v: bytes(v[:-1]).translate(INVERT)
-    return lambda v: bytes(v[:-1]).translate(INVERT).decode()
+        return _ascending_bytes
+    return lambda v: _ascending_bytes(v).decode()
+
+
+def _ascending_bytes(v: bytes) -> bytes:
+    """The inverse of :func:`_descending_bytes`."""
+    return bytes(v).translate(INVERT)[:-2].replace(b"\x00\xff", b"\x00")
 
 
 def key_part_text(value: Any) -> str:
