@@ -65,7 +65,7 @@ TYPES: dict[str, tuple[Any, tuple[Any, Any]]] = {
     ),
     "str_enum": (sa.String(10), (Color.RED, Color.BLUE)),
 }
-EMULATOR_TYPES = ["str", "int", "bool", "date", "datetime", "bytes"]
+EMULATOR_TYPES = ["str", "int", "bool", "date", "datetime", "bytes", "uuid", "str_enum"]
 
 
 class Base(DeclarativeBase):
