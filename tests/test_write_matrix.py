@@ -949,3 +949,21 @@ def test_item4_the_stored_form_is_what_is_sent(backend: Backend, name: str) -> N
             == rows[0].shard
             == compute_shard(["t", stored_value(table.c.src, r.src)], COUNT)
         )
+
+
+@pytest.mark.parametrize("sync", ["auto", "evaluate", "fetch"])
+def test_item6_identity_map_holds_the_stored_form_after_orm_update(
+    tmp_path: Path, sync: str
+) -> None:
+    model = SENT_MODELS["IntEnumIntoInteger"]
+    engine = sa.create_engine(f"sqlite:///{tmp_path / 'db.sqlite'}")
+    Base.metadata.create_all(engine, tables=[model.__table__])
+    with Session(engine) as s:
+        s.add(model(id=1, tenant="t", src=1))
+        s.commit()
+        obj = s.get(model, 1)
+        stmt = sa.update(model).where(model.id == 1).values(src=Level.HIGH)
+        s.execute(stmt, execution_options={"synchronize_session": sync})
+        assert obj.src == 2 and type(obj.src) is int  # as the database holds it
+        assert obj.shard == compute_shard(["t", 2], COUNT)
+    engine.dispose()

@@ -40,10 +40,15 @@ def _resync(session: Session, mapper: Any, plans: list[Plan]) -> None:
                 continue
             if any(state.attrs[a].history.has_changes() for a in (*source_attrs, shard_attr)):
                 continue  # a pending change: the flush will compute it
+            values = [d[a] for a in source_attrs]
             try:
-                shard = sc.compute([d[a] for a in source_attrs])
+                send = sc.values_to_send(values)
+                shard = sc.compute(send)
             except ShardingError:
                 continue
+            for attr, v, stored in zip(source_attrs, values, send, strict=True):
+                if stored is not v:  # 'evaluate' copied the given value: keep what is stored
+                    set_committed_value(obj, attr, stored)
             if d[shard_attr] != shard:
                 set_committed_value(obj, shard_attr, shard)
 
