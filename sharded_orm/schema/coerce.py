@@ -301,8 +301,14 @@ def coercer_for(column: Column[Any]) -> Coercer:
 def sends_stored_form(column: Column[Any]) -> bool:
     """Whether the column's stored form is also the Python value to send and keep on the
     object. Not for an Enum: its stored form is the database string, while the column
-    takes and reads back the member."""
-    return not isinstance(_base_type(column.type), sqltypes.Enum)
+    takes and reads back the member. Not for a Uuid either: the database compares the text
+    the caller's own queries bind (case kept), so the row must hold the caller's text for
+    their plain ``u == value`` to find it; the hash uses the canonical form, which the
+    server-side expression also rebuilds from any case and dashes."""
+    t = _base_type(column.type)
+    if isinstance(t, sqltypes.Uuid):
+        return bool(t.as_uuid)  # a UUID object carries no case; a string keeps the caller's
+    return not isinstance(t, sqltypes.Enum)
 
 
 def _untyped(v: Any) -> Any:
