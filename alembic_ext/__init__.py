@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from .ops import BackfillShardOp
     from .render import render_item
     from .shaping import index_warnings
+    from .split import split_reshard
 
 _LAZY = {
     "BackfillProgress": "backfill",
@@ -33,6 +34,7 @@ _LAZY = {
     "SpannerImpl": "impl",
     "BackfillShardOp": "ops",
     "render_item": "render",
+    "split_reshard": "split",
 }
 
 register()
@@ -56,4 +58,5 @@ __all__ = [
     "backfill_shard",
     "index_warnings",
     "render_item",
+    "split_reshard",
 ]

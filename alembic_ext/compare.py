@@ -103,6 +103,11 @@ class _Rewriter:
         self.meta = _metadata_tables(ctx)
         self.spanner = ctx.dialect is not None and is_spanner(ctx.dialect)
         self.quote = ctx.dialect.identifier_preparer.initial_quote if ctx.dialect else '"'
+        from .split import split_reshard
+
+        hook = ctx.opts.get("process_revision_directives")
+        #: env.py passes split_reshard: a one-step reshard becomes expand + contract
+        self.splits = hook is split_reshard
 
     # -- top level
 
@@ -267,11 +272,16 @@ class _Rewriter:
             else:
                 out.append(op)
         out = storing_in_place(out)
-        check_reshard(table, mod.table_name, out)
+        check_reshard(table, mod.table_name, out, split=self.splits)
         if any(isinstance(o, DropShardColumnOp) for o in out):
             # A contract: the layout that stays is verified (rows that code unaware of it
-            # wrote since the expand are fixed) before the old one goes.
-            added = {o.column.name for o in out if type(o) is AddShardColumnOp}
+            # wrote since the expand are fixed) before the old one goes. A one-step
+            # reshard's contract (split off by split_reshard) verifies the new column too.
+            added = (
+                set()
+                if self.splits
+                else {o.column.name for o in out if type(o) is AddShardColumnOp}
+            )
             out.extend(
                 VerifyShardOp(
                     mod.table_name, sc.name, sources=[c.name for c in sc.sources],

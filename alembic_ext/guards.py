@@ -18,19 +18,24 @@ from .errors import MigrationError
 from .ops import AddShardColumnOp, DropShardColumnOp
 
 
-def check_reshard(table: sa.Table | None, name: str, found: list[ops.MigrateOperation]) -> None:
+def check_reshard(
+    table: sa.Table | None, name: str, found: list[ops.MigrateOperation], *, split: bool = False
+) -> None:
     """A reshard is an expand (one revision) and a contract (a later one), never both, and
-    never drops an index that readers use before its replacement exists."""
+    never drops an index that readers use before its replacement exists. ``split``: env.py
+    uses ``alembic_ext.split_reshard``, which writes a one-step change as the two."""
     added = [o.column.name for o in found if type(o) is AddShardColumnOp]
     removed = [o.column.name for o in found if isinstance(o, DropShardColumnOp)]
-    if added and removed:
+    if added and removed and not split:
         raise MigrationError(
             f"{name}: this revision would add shard column {added[0]} and drop "
             f"{removed[0]}: a reshard in one revision leaves readers of the old index "
             "without it while they still run. Keep the old shard column and its index "
             "in the model for now: autogenerate writes the expand (add, backfill, new "
             "index); upgrade, deploy code that reads the new index, then remove the old "
-            "ones from the model and autogenerate the contract (docs/migrations.md)."
+            "ones from the model and autogenerate the contract (docs/migrations.md). Or "
+            "pass process_revision_directives=alembic_ext.split_reshard to "
+            "context.configure in env.py: autogenerate then writes the two revisions."
         )
     if not added or table is None:
         return

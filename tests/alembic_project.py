@@ -15,7 +15,7 @@ PLUGINS = "autogenerate_plugins=['alembic.autogenerate.*', 'sharded_orm.*']"
 
 
 class Project:
-    def __init__(self, root: Path, url: str) -> None:
+    def __init__(self, root: Path, url: str, *, split: bool = False) -> None:
         self.root = root
         self.out = io.StringIO()
         ini = root / "alembic.ini"
@@ -33,6 +33,12 @@ class Project:
             f"target_metadata=target_metadata, {PLUGINS},",
             env,
         )
+        if split:  # docs/migrations.md: a one-step reshard written as expand + contract
+            env = "import alembic_ext\n" + env.replace(
+                "target_metadata=target_metadata,",
+                "target_metadata=target_metadata, "
+                "process_revision_directives=alembic_ext.split_reshard,",
+            )
         env_py.write_text(env)
         # No file name: env.py then skips logging.config.fileConfig, which would disable
         # every logger of the test process (the library's progress logs among them).
@@ -44,6 +50,12 @@ class Project:
         self.cfg.attributes["target_metadata"] = metadata
         script: Any = command.revision(self.cfg, message, autogenerate=True)
         return Path(script.path).read_text()
+
+    def revisions(self, metadata: sa.MetaData, message: str) -> list[Any]:
+        """Autogenerate that may write several files: their Alembic ``Script`` objects."""
+        self.cfg.attributes["target_metadata"] = metadata
+        scripts: Any = command.revision(self.cfg, message, autogenerate=True)
+        return list(scripts) if isinstance(scripts, list) else [scripts]
 
     def upgrade(self, target: str = "head", **attributes: Any) -> None:
         self.cfg.attributes.update(attributes)

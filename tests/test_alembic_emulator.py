@@ -428,3 +428,52 @@ def test_partitioned_dml_backfill_matches_client(spanner_engine: sa.Engine) -> N
     with engine.connect() as c:
         rows = c.exec_driver_sql("SELECT CompanyId, Ts, ShardFp FROM Logs").all()
     assert all(compute_shard((a, b), 16, "farm_fingerprint") == s for a, b, s in rows)
+
+
+def test_one_step_reshard_without_the_hook_is_refused(project: Any) -> None:
+    proj, _ = project
+    proj.revision(_two(shard16=False), "init")
+    proj.upgrade()
+    with pytest.raises(ShardConfigError, match="split_reshard"):
+        proj.revision(_two(shard8=False), "one step")
+
+
+def test_one_step_reshard_is_written_as_expand_and_contract(
+    tmp_path: Path, spanner_emulator: Any
+) -> None:
+    """docs/migrations.md, 'One model change': with split_reshard in env.py, replacing
+    Shard8 by Shard16 in one model change gives two revisions; readers of the old index
+    find every row until the contract runs."""
+    url = spanner_emulator.url(spanner_emulator.create_database())
+    proj, engine = Project(tmp_path, url, split=True), sa.create_engine(url)
+    proj.revision(_two(shard16=False), "init")
+    proj.upgrade()
+    _seed_rows(engine, 300)
+
+    expand, contract = proj.revisions(_two(shard8=False), "reshard")
+    assert contract.down_revision == expand.revision
+    ex, co = Path(expand.path).read_text(), Path(contract.path).read_text()
+    up = body(ex, "upgrade")
+    assert "op.backfill_shard('Logs', 'Shard16', sources=['CompanyId', 'Ts'], count=16" in up
+    assert "LogsByShard16" in up and "drop_index" not in up and "drop_column" not in up
+    assert "op.drop_column('Logs', 'Shard16')" in body(ex, "downgrade")
+    assert "apply only after every reader runs the new code" in co.splitlines()[0]
+    up = body(co, "upgrade")
+    assert up.index("backfill_shard('Logs', 'Shard16'") < up.index("drop_index('LogsByShard8'")
+    assert "drop_column('Logs', 'Shard8')" in up and "create_index" not in up
+
+    proj.upgrade(expand.revision, **{PROGRESS_ATTRIBUTE: None})
+    assert set(_indexes(engine)) == {"LogsByShard8", "LogsByShard16"}
+    assert _found(engine, "Shard8", 8, "LogsByShard8") == 300
+    assert _found(engine, "Shard16", 16, "LogsByShard16") == 300
+
+    proj.upgrade("head")
+    assert set(_indexes(engine)) == {"LogsByShard16"}
+    assert _found(engine, "Shard16", 16, "LogsByShard16") == 300
+    proj.check(_two(shard8=False))
+
+    proj.downgrade(expand.revision)  # the old column comes back, backfilled
+    assert set(_indexes(engine)) == {"LogsByShard8", "LogsByShard16"}
+    assert _found(engine, "Shard8", 8, "LogsByShard8") == 300
+    proj.downgrade("base")
+    engine.dispose()
