@@ -72,7 +72,9 @@ def where_equalities(where: Any) -> dict[ColumnClause[Any], Any]:
 
 def statement_values(stmt: ValuesBase) -> dict[str, Any]:
     """Values given with ``.values(...)`` (single row), keyed by column key."""
-    raw = stmt._values  # SQLAlchemy keeps .values() here; no public accessor exists
+    # SQLAlchemy keeps .values() here (no public accessor exists); 2.0 keeps
+    # ordered_values() apart, in _ordered_values, while 2.1 keeps both in _values
+    raw = stmt._values or dict(getattr(stmt, "_ordered_values", None) or ())
     if not raw:
         return {}
     out = {}
