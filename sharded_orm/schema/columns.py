@@ -99,7 +99,8 @@ class ShardColumn:
     column: Column[Any]
     spec: ShardSpec
     sources: tuple[Column[Any], ...]
-    _fn: Callable[[Sequence[object]], int] = field(repr=False, compare=False)
+    #: values in source order -> shard, with no length check: the hot paths call it directly
+    shard_fn: Callable[[Sequence[object]], int] = field(repr=False, compare=False)
     coercers: tuple[Coercer, ...] = field(default=(), repr=False, compare=False)
     #: per source: True when its collation may equate distinct strings (a WHERE ``==``
     #: on it does not tell the stored value)
@@ -138,13 +139,13 @@ class ShardColumn:
                 f"shard column {self.name!r} has {len(self.sources)} sources "
                 f"({', '.join(self.source_keys)}), got {len(values)} values"
             )
-        return self._fn(values)
+        return self.shard_fn(values)
 
     def compute_from(self, row: Any) -> int:
         """The shard for a mapping or object holding the source values by key."""
         if isinstance(row, dict):
-            return self._fn([row[k] for k in self.source_keys])
-        return self._fn([getattr(row, k) for k in self.source_keys])
+            return self.shard_fn([row[k] for k in self.source_keys])
+        return self.shard_fn([getattr(row, k) for k in self.source_keys])
 
     def stored_values(self, values: Sequence[object]) -> list[Any]:
         """The source values as their columns store them (what the hash is taken of)."""

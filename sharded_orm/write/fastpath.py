@@ -69,7 +69,7 @@ def _shard_code(
     its column stores (``ShardColumn.values_to_send``), and ``dirty`` is set when one
     changed, so the caller sends what was hashed."""
     parts = [_source_code(v, piece_kind(c)) for v, c in zip(names, sc.sources, strict=True)]
-    ns[f"SLOW{j}"] = sc._fn
+    ns[f"SLOW{j}"] = sc.shard_fn
     listed = ", ".join(names)
     if resend:
         ns[f"SEND{j}"] = sc.values_to_send

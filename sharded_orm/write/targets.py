@@ -103,7 +103,7 @@ def _rekey(sc: ShardColumn, by_name: dict[str, Any]) -> ShardColumn:
         own(sc.column),
         sc.spec,
         tuple(own(c) for c in sc.sources),
-        sc._fn,
+        sc.shard_fn,
         sc.coercers,
         sc.loose,
         sc.sends,
