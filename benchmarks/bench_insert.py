@@ -6,7 +6,7 @@ without them. Prints each path's time, the ratio sharded / plain (ORM target <= 
 and the extra cost per row and shard column against the seeds' hand-written one-liner
 ``zlib.crc32(...) % N`` over the same values (target <= 1.25x).
 
-    python benchmarks/bench_insert.py [--rows 50000] [--repeat 5]
+    python benchmarks/bench_insert.py [--rows 50000] [--repeat 15]
 """
 
 from __future__ import annotations
@@ -124,7 +124,7 @@ def hook_work(rows: list[dict[str, object]]) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=50_000)
-    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--repeat", type=int, default=15)
     args = ap.parse_args()
     plain_rows = make_rows(args.rows, with_shards=True)
     sharded_rows = make_rows(args.rows, with_shards=False)
@@ -152,14 +152,20 @@ def main() -> None:
         core_vs_seed.append((t["core sharded"] - t["core plain"]) / t["seed"])
         hook_vs_seed.append(t["hook"] / t["seed again"])
     seed_us = best["seed"] / n / ncols * 1e6
-    print(f"{'path':<18}{'plain s':>9}{'sharded s':>11}{'ratio':>7}  per row and shard column")
+    print(
+        f"{'path':<18}{'plain s':>9}{'sharded s':>11}{'ratio':>7}{'best':>7}"
+        "  per row and shard column"
+    )
     for name, key, ratios in (
         ("ORM flush", "orm", orm_ratio),
         ("Core executemany", "core", core_ratio),
     ):
         plain, sharded = best[f"{key} plain"], best[f"{key} sharded"]
         extra = (sharded - plain) / n / ncols * 1e6
-        line = f"{name:<18}{plain:>9.3f}{sharded:>11.3f}{statistics.median(ratios):>7.2f}"
+        line = (
+            f"{name:<18}{plain:>9.3f}{sharded:>11.3f}{statistics.median(ratios):>7.2f}"
+            f"{sharded / plain:>7.2f}"
+        )
         if key == "core":
             line += (
                 f"  {extra:.2f} us = {statistics.median(core_vs_seed):.2f}x the seed's one-liner"
@@ -172,6 +178,10 @@ def main() -> None:
     print(
         f"the hook's own work for those rows: {hook_us:.2f} us per row and column = "
         f"{statistics.median(hook_vs_seed):.2f}x the seed's one-liner (timed side by side)"
+    )
+    print(
+        "ratio: median of the per-round ratios; best: best sharded / best plain "
+        "(seconds are each path's best round)"
     )
     print("targets: ORM flush <= 1.10x plain; Core extra per row and column <= 1.25x the seed's")
     print(

@@ -96,6 +96,10 @@ def _text_date(value: _dt.date) -> str:
 
 
 _TIMESTAMP_TEXT = "%04d-%02d-%02dT%02d:%02d:%02d.%06dZ"
+# Zero-padded field texts: an f-string of table lookups builds a timestamp's text in half
+# the time ``%02d`` conversions take, and this runs once per row on every insert.
+_D2: Final = tuple(f"{i:02d}" for i in range(100))
+_D3: Final = tuple(f"{i:03d}" for i in range(1000))
 
 
 def _text_datetime(value: _dt.datetime) -> str:
@@ -115,7 +119,8 @@ def _text_datetime(value: _dt.datetime) -> str:
                     f"cannot hash {value!r}: its UTC instant is out of range (years 1-9999)"
                 ) from None
     # DatetimeWithNanoseconds keeps nanoseconds aside and its microsecond field is already
-    # truncated, exactly like %E6S on the server. %-formatting is the fastest exact way here.
+    # truncated, exactly like %E6S on the server. (The hot paths build the same text from
+    # lookup tables: ``piece_function`` and ``sharded_orm.write.fastpath``.)
     return _TIMESTAMP_TEXT % (
         value.year,
         value.month,
@@ -331,12 +336,17 @@ def piece_function(kind: str | None, coerce: Callable[[Any], Any]) -> Callable[[
 
         return piece_int
     if kind == PIECE_UTC_DATETIME:
-        fmt = "27:" + _TIMESTAMP_TEXT
         dt_class = _dt.datetime
+
+        d2, d3 = _D2, _D3
 
         def piece_dt(v: Any) -> str:
             if v.__class__ is dt_class and v.tzinfo is _UTC and v.year >= 1000:
-                return fmt % (v.year, v.month, v.day, v.hour, v.minute, v.second, v.microsecond)
+                us = v.microsecond
+                return (
+                    f"27:{v.year}-{d2[v.month]}-{d2[v.day]}T{d2[v.hour]}:{d2[v.minute]}"
+                    f":{d2[v.second]}.{d3[us // 1000]}{d3[us % 1000]}Z"
+                )
             return slow(v)
 
         return piece_dt

@@ -2,23 +2,25 @@
 
 A shard over ``(company_id, ts)`` costs, per row, about what the seeds' hand-written
 ``zlib.crc32((company_id + ts.isoformat()).encode()) % 10`` costs only if the whole
-canonical string is built by one ``%`` format straight from the row, with no helper call
-or list per value. So for the exact common types (a plain ASCII ``str``, an ``int``, a
+canonical string is built by one f-string straight from the row, with no helper call or
+list per value. So for the exact common types (a plain ASCII ``str``, an ``int``, a
 datetime in ``timezone.utc``) a small function is generated that reads the sources,
-checks their types, formats the canonical string and hashes it. Any other value takes
-the general path (``ShardColumn.compute``: stored-value coercion, then the canonical
-encoding); both give the same shard by construction, and a test compares them.
+checks their types, builds the canonical string and hashes it. Any other value takes the
+general path (``ShardColumn.compute``: stored-value coercion, then the canonical
+encoding); both give the same shard by construction, and hypothesis tests compare them.
 
 Only fixed code and variable names appear in the generated source: row keys, counts and
-helpers are bound as default arguments, never pasted into the code.
+helpers are bound as closure cells, never pasted into the code.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
+import uuid
 import weakref
 import zlib
 from collections.abc import Callable, Mapping, Sequence
+from decimal import Decimal
 from typing import Any
 
 from sharded_orm.errors import ShardValueError
@@ -36,21 +38,29 @@ _COMMON: dict[str, Any] = {
     "UTC": _dt.timezone.utc,
     "LO": -(1 << 63),
     "HI": (1 << 63) - 1,
+    "D2": tuple(f"{i:02d}" for i in range(100)),
+    "D3": tuple(f"{i:03d}" for i in range(1000)),
 }
 
 
-def _source_code(v: str, kind: str | None) -> tuple[str, str, str] | None:
-    """(type test, format piece, format arguments) for the source held in variable ``v``."""
+def _source_code(v: str, kind: str | None) -> tuple[str, str] | None:
+    """(type test, f-string piece) for the source held in variable ``v``.
+
+    An f-string of plain ``str`` pieces is the cheapest way to build the text, so the
+    zero-padded datetime fields come from lookup tables (``D2``: "00".."99", ``D3``:
+    "000".."999") rather than ``%02d`` conversions; the year needs none from 1000 on."""
     if kind == PIECE_STR:
-        return (f"{v}.__class__ is str and {v}.isascii()", "%d:%s", f"len({v}), {v}")
+        return (f"{v}.__class__ is str and {v}.isascii()", f"{{len({v})}}:{{{v}}}")
     if kind == PIECE_INT:
         t = f"t{v}"
-        return (f"{v}.__class__ is int and LO <= {v} <= HI", "%d:%s", f"len({t} := str({v})), {t}")
+        return (f"{v}.__class__ is int and LO <= {v} <= HI", f"{{len({t} := str({v}))}}:{{{t}}}")
     if kind == PIECE_UTC_DATETIME:
+        us = f"u{v}"
         return (
             f"{v}.__class__ is DT and {v}.tzinfo is UTC and {v}.year >= 1000",
-            "27:%04d-%02d-%02dT%02d:%02d:%02d.%06dZ",
-            f"{v}.year, {v}.month, {v}.day, {v}.hour, {v}.minute, {v}.second, {v}.microsecond",
+            f"27:{{{v}.year}}-{{D2[{v}.month]}}-{{D2[{v}.day]}}T{{D2[{v}.hour]}}"
+            f":{{D2[{v}.minute]}}:{{D2[{v}.second]}}"
+            f".{{D3[({us} := {v}.microsecond) // 1000]}}{{D3[{us} % 1000]}}Z",
         )
     return None
 
@@ -85,24 +95,27 @@ def _shard_code(
         slow = f"s{j} = SLOW{j}([{listed}])"
     if sc.algorithm != CRC32 or any(p is None for p in parts):
         return f"{pad}{slow}\n"
-    ns[f"FMT{j}"] = "".join(p[1] for p in parts if p)
     ns[f"N{j}"] = sc.count
     tests = " and ".join(p[0] for p in parts if p)
-    args = ", ".join(p[2] for p in parts if p)
+    text = "".join(p[1] for p in parts if p)
     return (
         f"{pad}if {tests}:\n"
-        f"{pad}    s{j} = CRC((FMT{j} % ({args},)).encode()) % N{j}\n"
+        f'{pad}    s{j} = CRC(f"{text}".encode()) % N{j}\n'
         f"{pad}else:\n"
         f"{pad}    {slow.replace(chr(10), chr(10) + '    ')}\n"
     )
 
 
 def _build(header: str, body: str, ns: dict[str, Any]) -> Any:
-    defaults = ", ".join(f"{n}={n}" for n in ns)
-    src = f"def generated({header}, *, {defaults}):\n{body}"
-    scope = dict(ns)
+    """Compile ``def generated(header): body`` with the names of ``ns`` as closure cells:
+    read as fast as locals, and free to call (keyword defaults would be copied into every
+    call's frame, which costs more than the hashing on a per-row function)."""
+    names = ", ".join(ns)
+    inner = "".join(f"    {line}\n" for line in body.splitlines())
+    src = f"def make({names}):\n    def generated({header}):\n{inner}    return generated\n"
+    scope: dict[str, Any] = {}
     exec(compile(src, "<sharded_orm.write.fastpath>", "exec"), scope)  # noqa: S102
-    return scope["generated"]
+    return scope["make"](**ns)
 
 
 def row_shard(sc: ShardColumn, keys: Sequence[str] | None = None) -> RowShard:
@@ -193,10 +206,27 @@ def rows_filler(
 
 ObjectFiller = Callable[[dict[str, Any]], bool]
 
+#: Prefix of the key, in an ORM instance's ``__dict__``, of ``(shard, *source values)``
+#: recorded for one shard attribute by the attribute ``set`` listener when it derives the
+#: shard from immutable sources; the flush takes that shard when the same objects are
+#: still there, instead of hashing them a second time.
+DERIVED_MARK = "_sharded_orm_derived_"
+
+
+def derived_mark_key(shard_attr: str) -> str:
+    return DERIVED_MARK + shard_attr
+
+
+#: Exact types whose values cannot change in place, so ``is`` proves the source unchanged.
+IMMUTABLE_SOURCE_TYPES = frozenset(
+    {str, int, bool, bytes, _dt.datetime, _dt.date, Decimal, uuid.UUID}
+)
+
 
 def object_filler(plans: Sequence[tuple[ShardColumn, str, Sequence[str]]]) -> ObjectFiller:
     """``instance dict -> done`` for the ORM's ``before_insert``: computes every shard of
-    the object from its attributes and stores it.
+    the object from its attributes and stores it, or takes the shard the ``set`` listener
+    derived (``DERIVED_MARK``) from the very source objects the instance still holds.
     Returns False, changing nothing, when a source is missing or None, a value is of an
     unusual type, or a shard was given that disagrees: the caller's general path then
     evaluates defaults or raises the precise error."""
@@ -212,14 +242,23 @@ def object_filler(plans: Sequence[tuple[ShardColumn, str, Sequence[str]]]) -> Ob
         ns[f"K{i}"] = a
     for j, (_, shard_attr, _) in enumerate(plans):
         ns[f"G{j}"] = shard_attr
+        ns[f"M{j}"] = derived_mark_key(shard_attr)
     reads = "".join(f"        v{i} = d[K{i}]\n" for i in range(len(attrs)))
-    compute = "".join(
-        _shard_code(j, [var[a] for a in source_attrs], sc, ns, "        ", True)
-        for j, (sc, _, source_attrs) in enumerate(plans)
-    )
+    compute = ""
+    for j, (sc, _, source_attrs) in enumerate(plans):
+        same = " and ".join(f"m{j}[{i + 1}] is {var[a]}" for i, a in enumerate(source_attrs))
+        compute += (
+            f"        m{j} = d.get(M{j})\n"
+            f"        if m{j} is not None and {same}:\n"
+            f"            s{j} = m{j}[0]\n"
+            "        else:\n"
+            + _shard_code(j, [var[a] for a in source_attrs], sc, ns, "            ", True)
+        )
     gets = "".join(f"    g{j} = d.get(G{j})\n" for j in range(len(plans)))
     agree = " and ".join(f"(g{j} is None or g{j} == s{j})" for j in range(len(plans)))
-    sets = "".join(f"        d[G{j}] = s{j}\n" for j in range(len(plans)))
+    sets = "".join(
+        f"        if g{j} is not s{j}:\n            d[G{j}] = s{j}\n" for j in range(len(plans))
+    )
     resets = "".join(f"            d[K{i}] = v{i}\n" for i in range(len(attrs)))
     body = (
         "    dirty = False\n"

@@ -20,15 +20,15 @@ from __future__ import annotations
 from typing import Any
 
 from sqlalchemy import Table, event
-from sqlalchemy.orm import Mapper, attributes
+from sqlalchemy.orm import EXT_CONTINUE, Mapper, attributes
 from sqlalchemy.orm.attributes import flag_modified, instance_dict
 
 from sharded_orm.errors import ShardingError
 from sharded_orm.schema.columns import ShardColumn, is_shard_column, shard_columns
-from sharded_orm.write.fastpath import object_filler
+from sharded_orm.write.fastpath import IMMUTABLE_SOURCE_TYPES, derived_mark_key, object_filler
 from sharded_orm.write.rows import mismatch
 from sharded_orm.write.sql import MISSING, evaluate_default, evaluate_onupdate
-from sharded_orm.write.trust import counter, forget
+from sharded_orm.write.trust import Tally, forget
 
 Plan = tuple[ShardColumn, str, tuple[str, ...]]
 
@@ -83,7 +83,9 @@ def install_mapper_events(mapper: Mapper[Any]) -> None:
     fill = object_filler(plans)
     tables = [id(t) for t in sharded_tables(mapper)]
 
-    def before_insert(mapper_: Any, connection: Any, state: Any) -> None:
+    count = Tally().add
+
+    def before_insert(mapper_: Any, connection: Any, state: Any) -> Any:
         d = state.dict
         try:
             if not fill(d):
@@ -91,9 +93,8 @@ def install_mapper_events(mapper: Mapper[Any]) -> None:
         except BaseException:
             forget(connection)
             raise
-        counts = counter(connection)
-        for t in tables:
-            counts[t] = counts.get(t, 0) + 1
+        count(connection, tables)
+        return EXT_CONTINUE
 
     def _fill_slowly(state: Any, d: Any) -> None:
         target = state.obj()
@@ -140,7 +141,8 @@ def install_mapper_events(mapper: Mapper[Any]) -> None:
                 if col not in pk_cols and attr not in changed:
                     flag_modified(target, attr)
 
-    event.listen(mapper, "before_insert", before_insert, raw=True)
+    # raw and retval: SQLAlchemy calls it directly, with no wrapper, once per object
+    event.listen(mapper, "before_insert", before_insert, raw=True, retval=True)
     event.listen(mapper, "before_update", before_update)
 
 
@@ -185,26 +187,48 @@ def install_source_listeners(mapper: Mapper[Any]) -> None:
 
 
 def _source_setter(sc: ShardColumn, shard_attr: str, source_attrs: tuple[str, ...], me: str) -> Any:
+    others = [a for a in source_attrs if a != me]
+
     def on_set(target: Any, value: Any, oldvalue: Any, initiator: Any) -> None:
         d = instance_dict(target)
-        current = d.get(shard_attr)
+        for a in others:
+            if a not in d:
+                return  # not all known yet: the flush computes it
+        values = [value if a == me else d[a] for a in source_attrs]
         try:
-            new = sc.compute([value if a == me else d[a] for a in source_attrs])
-        except (KeyError, ShardingError, TypeError, ValueError):
-            return  # not all known yet, or not hashable: the flush computes or refuses
-        if current is None:
-            setattr(target, shard_attr, new)
-            return
-        if current == new:
-            return
-        try:
-            old = sc.compute([oldvalue if a == me else d[a] for a in source_attrs])
+            new = sc.compute(values)
         except (ShardingError, TypeError, ValueError):
-            old = None
-        if old == current:
-            setattr(target, shard_attr, new)  # it was derived from the old sources
+            return  # not hashable: the flush refuses it with the precise error
+        current = d.get(shard_attr)
+        if current is not None and current != new:
+            try:
+                old = sc.compute([oldvalue if a == me else d[a] for a in source_attrs])
+            except (ShardingError, TypeError, ValueError):
+                old = None
+            if old == current:
+                setattr(target, shard_attr, new)  # it was derived from the old sources
+            # else it was set by hand, and the flush checks it
+        elif current is None:
+            setattr(target, shard_attr, new)
+        _mark_derived(d, sc, shard_attr, values, new)
 
     return on_set
+
+
+def _mark_derived(
+    d: dict[str, Any], sc: ShardColumn, shard_attr: str, values: list[Any], shard: int
+) -> None:
+    """Remember that these very source objects hash to ``shard`` (``derived_mark_key``), so
+    the flush need not hash them again. A fact about the values, not about the shard
+    attribute (the flush still compares that); kept only for immutable values already in
+    their stored form, where ``is`` at flush proves nothing changed."""
+    key = derived_mark_key(shard_attr)
+    if all(type(v) in IMMUTABLE_SOURCE_TYPES for v in values) and all(
+        s is v for s, v in zip(sc.values_to_send(values), values, strict=True)
+    ):
+        d[key] = (shard, *values)
+    else:
+        d.pop(key, None)
 
 
 def _install_for_sharded_tables(mapper: Mapper[Any], class_: Any) -> None:

@@ -42,5 +42,29 @@ def take(connection: Any, table: Any, n: int) -> bool:
 
 
 def forget(connection: Any) -> None:
-    """Drop the counts of ``connection`` (a flush failed while filling)."""
-    _counts.pop(connection, None)
+    """Drop the counts of ``connection`` (a flush failed while filling). The dict is
+    emptied in place, so a caller holding it (``Tally``) counts into the live one."""
+    counts = _counts.get(connection)
+    if counts:
+        counts.clear()
+
+
+class Tally:
+    """Counts filled rows for ``before_insert``, which runs once per object: the counts of
+    the connection last seen are kept at hand (by weak reference), so consecutive objects
+    of one flush pay one identity test instead of a weak-dictionary lookup."""
+
+    __slots__ = ("_last",)
+
+    def __init__(self) -> None:
+        self._last: tuple[weakref.ref[Any], dict[int, int]] | None = None
+
+    def add(self, connection: Any, tables: list[int]) -> None:
+        last = self._last  # one load: another thread may replace it, never half of it
+        if last is not None and last[0]() is connection:
+            counts = last[1]
+        else:
+            counts = counter(connection)
+            self._last = (weakref.ref(connection), counts)
+        for t in tables:
+            counts[t] = counts.get(t, 0) + 1
