@@ -9,6 +9,7 @@ import uuid
 import zlib
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 import pytest
 from google.api_core.datetime_helpers import DatetimeWithNanoseconds
@@ -222,6 +223,25 @@ def test_stored_value_vectors_of_the_doc() -> None:
             stored_value(col(type_), value)
 
 
+def _str_int_datetime_shard(count: int) -> Any:
+    """A shard over (String, BigInteger, UTCDateTime): the three inline fast paths."""
+    import sqlalchemy as sa
+
+    from sharded_orm import UTCDateTime
+    from sharded_orm.schema.columns import ShardSpec, make_shard_column
+
+    table = sa.Table(
+        "t",
+        sa.MetaData(),
+        sa.Column("s", sa.String),
+        sa.Column("n", sa.BigInteger),
+        sa.Column("ts", UTCDateTime),
+    )
+    return make_shard_column(
+        sa.Column("sh", sa.Integer), ShardSpec(("s", "n", "ts"), count), tuple(table.c)
+    )
+
+
 @given(
     st.text(max_size=20),
     st.integers(min_value=-(2**64), max_value=2**64),
@@ -232,22 +252,9 @@ def test_generated_fast_path_equals_the_general_path(
     s: str, n: int, ts: dt.datetime, count: int
 ) -> None:
     """The hot path's generated code and the general coercion+encoding give one shard."""
-    import sqlalchemy as sa
-
-    from sharded_orm import UTCDateTime
-    from sharded_orm.schema.columns import ShardSpec, make_shard_column
     from sharded_orm.write.fastpath import row_shard
 
-    table = sa.Table(
-        "t",
-        sa.MetaData(),
-        sa.Column("s", sa.String),
-        sa.Column("n", sa.BigInteger),
-        sa.Column("ts", UTCDateTime),
-    )
-    sc = make_shard_column(
-        sa.Column("sh", sa.Integer), ShardSpec(("s", "n", "ts"), count), tuple(table.c)
-    )
+    sc = _str_int_datetime_shard(count)
     row = {"s": s, "n": n, "ts": ts}
     try:
         expected: object = compute_shard([s, n, ts.astimezone(UTC)], count)
@@ -334,3 +341,29 @@ def test_generated_rows_filler_sends_what_the_general_path_sends(
             assert r["ts"].tzinfo is UTC
     else:
         assert fast == general
+
+
+@given(
+    st.text(max_size=12),
+    st.integers(min_value=-(2**63), max_value=2**63 - 1),
+    st.datetimes(
+        min_value=dt.datetime(1, 1, 1), max_value=dt.datetime(9999, 12, 31), timezones=st.just(UTC)
+    ),
+    st.integers(1, 1 << 16),
+)
+def test_the_column_shard_function_equals_compute_shard(
+    s: str, n: int, ts: dt.datetime, count: int
+) -> None:
+    """``ShardColumn.compute`` (inline pieces for str, int and UTC datetimes, used by the
+    ORM's set listener and by lookups) agrees with the specified hash, years before 1000
+    and lone surrogates included."""
+    sc = _str_int_datetime_shard(count)
+    try:
+        expected: object = compute_shard([s, n, ts], count)
+    except ShardingError as exc:
+        expected = type(exc)
+    try:
+        got: object = sc.compute([s, n, ts])
+    except ShardingError as exc:
+        got = type(exc)
+    assert got == expected

@@ -17,12 +17,9 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from hypothesis import given
-from hypothesis import strategies as st
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, validates
 
 from sharded_orm import ShardMismatchError, UTCDateTime, compute_shard, shard_column
-from sharded_orm.schema.columns import ShardSpec, make_shard_column
 from sharded_orm.write import fastpath
 
 UTC = dt.timezone.utc
@@ -180,37 +177,3 @@ def test_changing_a_source_after_construction_moves_the_shard(db: sa.Engine, crc
         s.commit()
     assert crc.n == 0
     assert_consistent(db, entry, 1)
-
-
-@given(
-    st.text(max_size=12),
-    st.integers(min_value=-(2**63), max_value=2**63 - 1),
-    st.datetimes(
-        min_value=dt.datetime(1, 1, 1), max_value=dt.datetime(9999, 12, 31), timezones=st.just(UTC)
-    ),
-    st.integers(1, 1 << 16),
-)
-def test_the_column_shard_function_equals_compute_shard(
-    s: str, n: int, ts: dt.datetime, count: int
-) -> None:
-    """``ShardColumn.compute`` (inline pieces for str, int and UTC datetimes, used by the
-    set listener and lookups) agrees with the specified hash, years before 1000 included."""
-    table = sa.Table(
-        "t",
-        sa.MetaData(),
-        sa.Column("s", sa.String),
-        sa.Column("n", sa.BigInteger),
-        sa.Column("ts", UTCDateTime),
-    )
-    sc = make_shard_column(
-        sa.Column("sh", sa.Integer), ShardSpec(("s", "n", "ts"), count), tuple(table.c)
-    )
-    try:
-        expected: object = compute_shard([s, n, ts], count)
-    except Exception as exc:  # noqa: BLE001 - a lone surrogate: both must refuse alike
-        expected = type(exc)
-    try:
-        got: object = sc.compute([s, n, ts])
-    except Exception as exc:  # noqa: BLE001
-        got = type(exc)
-    assert got == expected
