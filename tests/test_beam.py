@@ -7,6 +7,7 @@ import datetime as dt
 import subprocess
 import sys
 from collections.abc import Iterator
+from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -16,7 +17,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from sharded_orm import ShardConfigError, get_shard_column, verify
+from sharded_orm import (
+    ShardConfigError,
+    UTCDateTime,
+    compute_shard,
+    get_shard_column,
+    shard_column,
+    verify,
+)
 
 beam = pytest.importorskip("apache_beam", reason="the beam extra is not installed")
 
@@ -94,6 +102,55 @@ def test_row_plan_agrees_with_shard_column(company: str, seconds: int) -> None:
     ts = BASE_TS + dt.timedelta(seconds=seconds)
     values = RowPlan(CrcLogEntry).prepare({"company_id": company, "user_id": "u", "ts": ts})
     assert values[4] == get_shard_column(CrcLogEntry, "EntryShardId").compute([company, ts])
+
+
+class _Code(sa.types.TypeDecorator[str]):
+    """A user type over String(8): its length is the impl's."""
+
+    impl = sa.String(8)
+    cache_ok = True
+
+
+class _Checked(_IdBase):
+    __tablename__ = "Checked"
+    id: Mapped[str] = mapped_column(sa.String(16), primary_key=True)
+    code: Mapped[str] = mapped_column(_Code)
+    price: Mapped[Decimal] = mapped_column(sa.Numeric(12, 2))
+    ts: Mapped[dt.datetime] = mapped_column(UTCDateTime)
+    ts_shard: Mapped[int] = shard_column("id", "ts", count=8)
+
+
+@pytest.mark.parametrize(
+    ("row", "reason"),
+    [
+        ({"code": "ok"}, None),
+        ({"code": "x" * 9}, "'code' holds at most 8 characters"),
+        ({"price": 1.5}, "'price' takes Decimal/int"),
+        ({"ts": dt.datetime(2026, 1, 1)}, "naive datetime"),
+        ({"ts_shard": 99}, "ts_shard=99 disagrees"),
+        ({"colour": "red"}, "'colour' is not a column"),
+        ({"id": None}, "shard column 'ts_shard': cannot hash None"),
+    ],
+)
+def test_pipelines_and_bulk_load_accept_and_refuse_the_same_rows(
+    row: dict[str, Any], reason: str | None
+) -> None:
+    """One row checker serves both: a row a pipeline dead-letters, bulk_load refuses with
+    the same reason, and a row both accept gets the same values."""
+    from sharded_orm.load.bulk import BulkValidationError
+    from sharded_orm.load.prepare import prepare_rows
+
+    full = {"id": "a1", "code": "ok", "price": Decimal("1.50"), "ts": BASE_TS, **row}
+    plan = RowPlan(_Checked)
+    if reason is None:
+        prep = prepare_rows(_Checked.__table__, [full], plan.columns, None, None)
+        assert prep.rows[0][-1] == compute_shard(["a1", BASE_TS], 8)
+        assert len(plan.prepare(full)) == len(prep.rows[0])
+        return
+    with pytest.raises(RowRejected, match=reason):
+        plan.prepare(full)
+    with pytest.raises(BulkValidationError, match=f"row 0: .*{reason}"):
+        prepare_rows(_Checked.__table__, [full], plan.columns, None, None)
 
 
 def test_server_filled_key_is_refused_when_built() -> None:

@@ -72,7 +72,8 @@ def check_value(col: sa.Column[Any], want: tuple[type, ...] | None, v: Any) -> s
         return f"column {col.key!r}: {v} does not fit in an INT64 (-2**63 .. 2**63 - 1)"
     if isinstance(v, dt.datetime) and v.tzinfo is None:
         return f"column {col.key!r}: naive datetime {v!r}; give it a timezone (UTC)"
-    length = getattr(col.type, "length", None)
+    t = col.type.impl_instance if isinstance(col.type, sqltypes.TypeDecorator) else col.type
+    length = getattr(t, "length", None)
     if isinstance(v, (str, bytes)) and isinstance(length, int) and len(v) > length:
         return f"column {col.key!r} holds at most {length} characters, got {len(v)}"
     return None
@@ -113,6 +114,82 @@ def written_columns(table: sa.Table, on_spanner: bool) -> list[sa.Column[Any]]:
     ]
 
 
+class RowProblem(ShardingError, ValueError):
+    """Why one row cannot be written; the caller says which row (``bulk_load`` by its
+    position, a pipeline in its dead letter)."""
+
+
+class RowChecker:
+    """One row filled as the ORM would fill it (Python defaults, library ids, every shard
+    computed and a given one checked), each value checked against its column, then
+    converted by ``processors`` when given. Shared by ``bulk_load`` and the Beam transforms,
+    so a row one of them accepts the other accepts too."""
+
+    def __init__(
+        self, table: sa.Table, cols: list[sa.Column[Any]], processors: list[Any] | None = None
+    ) -> None:
+        self.table = table
+        self.cols = cols
+        self.attr_map: Mapping[str, Any] = table.info.get(ATTR_COLUMNS_KEY, {})
+        written = {c.key for c in cols}
+        self.shards = [sc for sc in shard_columns(table) if sc.key in written]
+        self.expected = [expected_types(c) for c in cols]
+        self.processors = processors
+
+    def keyed(self, items: Iterable[tuple[str, Any]]) -> dict[str, Any]:
+        """The row by column key (ORM attribute names are accepted too)."""
+        row: dict[str, Any] = {}
+        for k, v in items:
+            col = self.attr_map.get(k)
+            key = col.key if col is not None else k
+            if key not in self.table.c:
+                raise RowProblem(f"{k!r} is not a column of {self.table.name!r}")
+            row[key] = v
+        return row
+
+    def values(self, row: dict[str, Any]) -> list[Any]:
+        """The row's values in ``cols`` order, filled, checked and converted."""
+        for c in self.cols:
+            if c.key not in row and c.default is not None and "sharded_orm.shard" not in c.info:
+                try:
+                    v = evaluate_default(c, row)
+                except ShardingError as exc:
+                    raise RowProblem(f"column {c.key!r}: {exc}") from None
+                if v is not MISSING:
+                    row[c.key] = v
+        for sc in self.shards:
+            try:
+                shard = sc.compute([row.get(k) for k in sc.source_keys])
+            except ShardingError as exc:
+                raise RowProblem(f"shard column {sc.name!r}: {exc}") from None
+            given = row.get(sc.key)
+            if given is not None and given != shard:
+                raise RowProblem(
+                    f"{sc.name}={given!r} disagrees with its sources, which hash to {shard}"
+                )
+            row[sc.key] = shard
+        values = []
+        for i, (c, want) in enumerate(zip(self.cols, self.expected, strict=True)):
+            v = row.get(c.key)
+            if v is None:
+                if c.primary_key:
+                    raise RowProblem(f"key column {c.key!r} is missing")
+                if not c.nullable:
+                    raise RowProblem(f"column {c.key!r} is NOT NULL but has no value")
+            else:
+                problem = check_value(c, want, v)
+                if problem:
+                    raise RowProblem(problem)
+                proc = self.processors[i] if self.processors is not None else None
+                if proc is not None:
+                    try:
+                        v = proc(v)
+                    except Exception as exc:
+                        raise RowProblem(f"column {c.key!r}: cannot convert {v!r}: {exc}") from None
+            values.append(v)
+        return values
+
+
 def prepare_rows(
     table: sa.Table,
     rows: Iterable[Mapping[str, Any]],
@@ -126,64 +203,24 @@ def prepare_rows(
     none of SQLAlchemy's) and ``key_order`` maps a bound key value to its stored order;
     None elsewhere, where Core converts.
     """
-    attr_map: dict[str, Any] = table.info.get(ATTR_COLUMNS_KEY, {})
-    written = {c.key for c in cols}
-    shards = [sc for sc in shard_columns(table) if sc.key in written]
     for c in table.primary_key.columns:
         if c.identity is not None or c.server_default is not None:
             raise ShardConfigError(
                 f"bulk_load needs every key value up front, but {table.name}.{c.key} is filled "
                 "by the server; give the rows their ids (e.g. from a SpannerSequence pool)"
             )
+    checker = RowChecker(table, cols, processors)
     names = [c.key for c in cols]
     pk_index = [names.index(c.key) for c in table.primary_key.columns]
-    expected = [expected_types(c) for c in cols]
     out, keys, sizes = [], [], []
     seen: dict[tuple[Any, ...], int] = {}
     for pos, raw in enumerate(rows):
         if not isinstance(raw, Mapping):
             raise BulkValidationError(f"rows are mappings of column to value, got {raw!r}", pos)
-        row: dict[str, Any] = {}
-        for k, v in raw.items():
-            col = attr_map.get(k)
-            key = col.key if col is not None else k
-            if key not in table.c:
-                raise BulkValidationError(f"{k!r} is not a column of {table.name!r}", pos)
-            row[key] = v
-        for c in cols:
-            if c.key not in row and c.default is not None and "sharded_orm.shard" not in c.info:
-                v = evaluate_default(c, row)
-                if v is not MISSING:
-                    row[c.key] = v
-        for sc in shards:
-            try:
-                shard = sc.compute([row.get(k) for k in sc.source_keys])
-            except ShardingError as exc:
-                raise BulkValidationError(f"shard column {sc.name!r}: {exc}", pos) from None
-            given = row.get(sc.key)
-            if given is not None and given != shard:
-                raise BulkValidationError(
-                    f"{sc.name}={given!r} disagrees with its sources, which hash to {shard}", pos
-                )
-            row[sc.key] = shard
-        values = []
-        for c, want in zip(cols, expected, strict=True):
-            v = row.get(c.key)
-            if v is None:
-                if c.primary_key:
-                    raise BulkValidationError(f"key column {c.key!r} is missing", pos)
-                if not c.nullable:
-                    raise BulkValidationError(f"column {c.key!r} is NOT NULL but has no value", pos)
-            else:
-                problem = check_value(c, want, v)
-                if problem:
-                    raise BulkValidationError(problem, pos)
-            values.append(v)
-        if processors is not None:
-            try:
-                values = [p(v) if p is not None else v for p, v in zip(processors, values)]  # noqa: B905
-            except Exception as exc:
-                raise BulkValidationError(f"cannot convert the row: {exc!r}", pos) from exc
+        try:
+            values = checker.values(checker.keyed(raw.items()))
+        except RowProblem as exc:
+            raise BulkValidationError(str(exc), pos) from None
         key = tuple(key_order(values[i]) if key_order else values[i] for i in pk_index)
         first = seen.setdefault(key, pos)
         if first != pos:
