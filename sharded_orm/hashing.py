@@ -51,12 +51,13 @@ def _text_bool(value: bool) -> str:
     return "true" if value else "false"
 
 
-_INT64_MIN = -(1 << 63)
-_INT64_MAX = (1 << 63) - 1
+#: The range of Spanner's INT64, the one integer type a column holds.
+INT64_MIN: Final = -(1 << 63)
+INT64_MAX: Final = (1 << 63) - 1
 
 
 def _int64(value: int) -> int:
-    if not _INT64_MIN <= value <= _INT64_MAX:
+    if not INT64_MIN <= value <= INT64_MAX:
         raise ShardValueError(
             f"cannot hash {value}: it is out of the INT64 range a Spanner column holds"
         )
@@ -98,8 +99,8 @@ def _text_date(value: _dt.date) -> str:
 _TIMESTAMP_TEXT = "%04d-%02d-%02dT%02d:%02d:%02d.%06dZ"
 # Zero-padded field texts: an f-string of table lookups builds a timestamp's text in half
 # the time ``%02d`` conversions take, and this runs once per row on every insert.
-_D2: Final = tuple(f"{i:02d}" for i in range(100))
-_D3: Final = tuple(f"{i:03d}" for i in range(1000))
+TWO_DIGITS: Final = tuple(f"{i:02d}" for i in range(100))
+THREE_DIGITS: Final = tuple(f"{i:03d}" for i in range(1000))
 
 
 def _text_datetime(value: _dt.datetime) -> str:
@@ -326,7 +327,7 @@ def piece_function(kind: str | None, coerce: Callable[[Any], Any]) -> Callable[[
 
         return piece_str
     if kind == PIECE_INT:
-        lo, hi = -(1 << 63), (1 << 63) - 1
+        lo, hi = INT64_MIN, INT64_MAX
 
         def piece_int(v: Any) -> str:
             if v.__class__ is int and lo <= v <= hi:
@@ -338,7 +339,7 @@ def piece_function(kind: str | None, coerce: Callable[[Any], Any]) -> Callable[[
     if kind == PIECE_UTC_DATETIME:
         dt_class = _dt.datetime
 
-        d2, d3 = _D2, _D3
+        d2, d3 = TWO_DIGITS, THREE_DIGITS
 
         def piece_dt(v: Any) -> str:
             if v.__class__ is dt_class and v.tzinfo is _UTC and v.year >= 1000:

@@ -20,7 +20,7 @@ from sharded_orm import (
     UnsupportedOnDialectError,
     bit_reverse,
 )
-from sharded_orm.ids.mixins import INT64_MAX
+from sharded_orm.hashing import INT64_MAX
 from sharded_orm.ids.sequences import MAX_BLOCK_SIZE
 from sharded_orm.retry import RetryError
 

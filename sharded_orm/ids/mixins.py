@@ -35,6 +35,7 @@ from sqlalchemy.orm import Mapped, declared_attr, mapped_column, relationship, v
 
 from sharded_orm.checks import SPANNER_NAME
 from sharded_orm.errors import ShardConfigError, ShardTypeError, ShardValueError
+from sharded_orm.hashing import INT64_MAX
 from sharded_orm.schema.columns import (
     ATTR_COLUMNS_KEY,
     INFO_KEY,
@@ -46,8 +47,6 @@ from sharded_orm.schema.columns import (
 )
 from sharded_orm.spanner import SPANNER_DIALECT_NAMES
 from sharded_orm.write.orm_events import install_mapper_events
-
-INT64_MAX = (1 << 63) - 1
 
 
 def _int64_id(owner: object, value: Any, *, positive: bool = False) -> int:

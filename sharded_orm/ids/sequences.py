@@ -32,7 +32,8 @@ from sharded_orm.errors import (
     ShardTypeError,
     UnsupportedOnDialectError,
 )
-from sharded_orm.ids.mixins import INT64_MAX, bit_reverse
+from sharded_orm.hashing import INT64_MAX
+from sharded_orm.ids.mixins import bit_reverse
 from sharded_orm.retry import Outcome, RetryDeadlineError, RetryPolicy, TransientError, retry_call
 from sharded_orm.spanner import is_spanner
 

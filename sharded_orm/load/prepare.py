@@ -22,11 +22,11 @@ import sqlalchemy as sa
 from sqlalchemy import types as sqltypes
 
 from sharded_orm.errors import ShardConfigError, ShardingError, ShardTypeError
+from sharded_orm.hashing import INT64_MAX, INT64_MIN
 from sharded_orm.schema.columns import ATTR_COLUMNS_KEY, ShardComputed, shard_columns
 from sharded_orm.write.sql import MISSING, evaluate_default
 
 RANGES_PER_WORKER = 10
-INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 
 class BulkValidationError(ShardingError, ValueError):

@@ -28,12 +28,11 @@ from sqlalchemy import types as sqltypes
 from sqlalchemy.sql.schema import Column
 
 from sharded_orm.errors import ShardConfigError, ShardTypeError, ShardValueError
+from sharded_orm.hashing import INT64_MAX, INT64_MIN
 
 Coercer = Callable[[Any], Any]
 
 _UTC = _dt.timezone.utc
-_INT64_MIN = -(1 << 63)
-_INT64_MAX = (1 << 63) - 1
 #: Collations that compare byte for byte; any other one may equate distinct strings.
 _EXACT_COLLATIONS = frozenset({"binary", "c", "posix", "ucs_basic", "unicode:cs", "und:cs"})
 
@@ -79,12 +78,12 @@ def _int_coercer(column: Any) -> Coercer:
         if not isinstance(v, int):
             raise _type_error(column, v, "an integer column's source must be an int")
         v = int.__index__(v)  # an IntEnum member or int subclass: the plain int stored
-        if not _INT64_MIN <= v <= _INT64_MAX:
+        if not INT64_MIN <= v <= INT64_MAX:
             raise _value_error(column, v, "out of the INT64 range a Spanner column holds")
         return v
 
     def coerce(v: Any) -> Any:
-        if v.__class__ is int and _INT64_MIN <= v <= _INT64_MAX:
+        if v.__class__ is int and INT64_MIN <= v <= INT64_MAX:
             return v
         return slow(v)
 

@@ -24,7 +24,16 @@ from decimal import Decimal
 from typing import Any
 
 from sharded_orm.errors import ShardValueError
-from sharded_orm.hashing import CRC32, PIECE_INT, PIECE_STR, PIECE_UTC_DATETIME
+from sharded_orm.hashing import (
+    CRC32,
+    INT64_MAX,
+    INT64_MIN,
+    PIECE_INT,
+    PIECE_STR,
+    PIECE_UTC_DATETIME,
+    THREE_DIGITS,
+    TWO_DIGITS,
+)
 from sharded_orm.schema.columns import ShardColumn, piece_kind
 
 RowShard = Callable[[Mapping[str, Any]], int]
@@ -36,10 +45,10 @@ _COMMON: dict[str, Any] = {
     "CRC": zlib.crc32,
     "DT": _dt.datetime,
     "UTC": _dt.timezone.utc,
-    "LO": -(1 << 63),
-    "HI": (1 << 63) - 1,
-    "D2": tuple(f"{i:02d}" for i in range(100)),
-    "D3": tuple(f"{i:03d}" for i in range(1000)),
+    "LO": INT64_MIN,
+    "HI": INT64_MAX,
+    "D2": TWO_DIGITS,
+    "D3": THREE_DIGITS,
 }
 
 
