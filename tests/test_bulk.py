@@ -302,3 +302,31 @@ def test_failed_deferred_load_on_the_emulator_puts_the_index_back(
     again = bulk_load(spanner_engine, LogEntry, rows, mode="insert_or_update", defer_indexes=True)
     assert again.complete and stored(spanner_engine) == expected(rows)
     assert index_names(spanner_engine) == ["LogEntriesByCompany"]
+
+
+def test_defaults_only_the_database_evaluates_are_named_as_such() -> None:
+    """A SQL default (not a shard source) and a sequence-filled key: the error says what the
+    load cannot do, not that the column is a shard source; nothing is written."""
+    md = sa.MetaData()
+    made = sa.Table(
+        "Made",
+        md,
+        sa.Column("k", sa.String(8), primary_key=True),
+        sa.Column("at", sa.DateTime(timezone=True), default=sa.func.now()),
+    )
+    seq_keyed = sa.Table(
+        "SeqKeyed",
+        md,
+        sa.Column("k", sa.BigInteger, sa.Sequence("s"), primary_key=True),
+        sa.Column("v", sa.String(8)),
+    )
+    eng = sa.create_engine("sqlite://")
+    md.create_all(eng)
+    with pytest.raises(
+        BulkValidationError, match="row 0: column 'at' has no value and its default is SQL"
+    ):
+        bulk_load(eng, made, [{"k": "a"}])
+    with pytest.raises(ShardConfigError, match=r"needs every key value up front, but SeqKeyed\.k"):
+        bulk_load(eng, seq_keyed, [{"v": "a"}])
+    with eng.connect() as conn:
+        assert conn.execute(sa.select(sa.func.count()).select_from(made)).scalar() == 0

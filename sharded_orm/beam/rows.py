@@ -18,7 +18,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from sharded_orm.errors import ShardConfigError, ShardingError
-from sharded_orm.load.prepare import RowChecker, RowProblem, written_columns
+from sharded_orm.load.prepare import RowChecker, RowProblem, server_filled_keys, written_columns
 from sharded_orm.schema.columns import table_of
 
 
@@ -48,20 +48,6 @@ def load_model(path: str) -> Any:
     for part in qualname.split("."):
         obj = getattr(obj, part)
     return obj
-
-
-def server_filled_keys(table: sa.Table) -> list[str]:
-    """Key columns only the database can fill (IDENTITY, sequences, SQL defaults)."""
-    out = []
-    for c in table.primary_key.columns:
-        if (
-            c.identity is not None
-            or c.server_default is not None
-            or isinstance(c.default, sa.Sequence)
-            or (c.default is not None and getattr(c.default, "is_clause_element", False))
-        ):
-            out.append(c.key)
-    return out
 
 
 class RowPlan:

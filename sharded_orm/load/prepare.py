@@ -151,6 +151,12 @@ class RowChecker:
         """The row's values in ``cols`` order, filled, checked and converted."""
         for c in self.cols:
             if c.key not in row and c.default is not None and "sharded_orm.shard" not in c.info:
+                if _database_fills(c):
+                    raise RowProblem(
+                        f"column {c.key!r} has no value and its default is SQL or a sequence, "
+                        "which only the database evaluates and a load cannot ask it for; give "
+                        "the value in every row"
+                    )
                 try:
                     v = evaluate_default(c, row)
                 except ShardingError as exc:
@@ -190,6 +196,21 @@ class RowChecker:
         return values
 
 
+def server_filled_keys(table: sa.Table) -> list[str]:
+    """Key columns only the database can fill (IDENTITY, sequences, SQL defaults): a load
+    through mutations cannot ask it for them."""
+    return [c.key for c in table.primary_key.columns if _database_fills(c)]
+
+
+def _database_fills(c: sa.Column[Any]) -> bool:
+    return (
+        c.identity is not None
+        or c.server_default is not None
+        or isinstance(c.default, sa.Sequence)
+        or (c.default is not None and getattr(c.default, "is_clause_element", False))
+    )
+
+
 def prepare_rows(
     table: sa.Table,
     rows: Iterable[Mapping[str, Any]],
@@ -203,12 +224,12 @@ def prepare_rows(
     none of SQLAlchemy's) and ``key_order`` maps a bound key value to its stored order;
     None elsewhere, where Core converts.
     """
-    for c in table.primary_key.columns:
-        if c.identity is not None or c.server_default is not None:
-            raise ShardConfigError(
-                f"bulk_load needs every key value up front, but {table.name}.{c.key} is filled "
-                "by the server; give the rows their ids (e.g. from a SpannerSequence pool)"
-            )
+    server_keys = server_filled_keys(table)
+    if server_keys:
+        raise ShardConfigError(
+            f"bulk_load needs every key value up front, but {table.name}.{server_keys[0]} is "
+            "filled by the server; give the rows their ids (e.g. from a SpannerSequence pool)"
+        )
     checker = RowChecker(table, cols, processors)
     names = [c.key for c in cols]
     pk_index = [names.index(c.key) for c in table.primary_key.columns]
