@@ -85,28 +85,33 @@ def statement_values(stmt: ValuesBase) -> dict[str, Any]:
     return out
 
 
+def _python_value(generator: Any, row: Mapping[str, Any]) -> Any:
+    """What a Python-side default or onupdate gives ``row``; MISSING for a SQL one."""
+    if getattr(generator, "is_scalar", False):
+        return generator.arg
+    if getattr(generator, "is_callable", False):
+        return generator.arg(DefaultContext(row))
+    return MISSING
+
+
 def evaluate_default(col: Column[Any], row: Mapping[str, Any]) -> Any:
-    default = col.default
-    if default is None:
+    if col.default is None:
         return MISSING
-    if getattr(default, "is_scalar", False):
-        return default.arg  # type: ignore[attr-defined]
-    if getattr(default, "is_callable", False):
-        return default.arg(DefaultContext(row))  # type: ignore[attr-defined]
-    raise ShardConfigError(
-        f"column {col.name!r} is a shard source but its default is SQL or a sequence "
-        "evaluated by the database, so the client cannot hash it; give the value explicitly"
-    )
+    value = _python_value(col.default, row)
+    if value is MISSING:
+        raise ShardConfigError(
+            f"column {col.name!r} is a shard source but its default is SQL or a sequence "
+            "evaluated by the database, so the client cannot hash it; give the value explicitly"
+        )
+    return value
 
 
 def evaluate_onupdate(col: Column[Any], row: Mapping[str, Any]) -> Any:
     """The value a source's Python ``onupdate`` gives this row (the hook sends it, so the
     stored source is the hashed one); SQL onupdates are refused at declaration."""
-    onupdate = col.onupdate
-    if getattr(onupdate, "is_scalar", False):
-        return onupdate.arg  # type: ignore[union-attr]
-    if getattr(onupdate, "is_callable", False):
-        return onupdate.arg(DefaultContext(row))  # type: ignore[union-attr]
-    raise ShardConfigError(
-        f"column {col.name!r} is a shard source with a SQL onupdate; the client cannot hash it"
-    )
+    value = _python_value(col.onupdate, row)
+    if value is MISSING:
+        raise ShardConfigError(
+            f"column {col.name!r} is a shard source with a SQL onupdate; the client cannot hash it"
+        )
+    return value
