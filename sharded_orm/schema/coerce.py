@@ -117,7 +117,7 @@ def _str_coercer(column: Any) -> Coercer:
 
 
 def _enum_coercer(column: Any) -> Coercer:
-    type_: sqltypes.Enum = _base_type(column.type)
+    type_: sqltypes.Enum = base_type(column.type)
     names = set(type_.enums)  # the strings the database stores
     # member -> stored string, as the type's own bind processing maps it
     lookup = {k: v for k, v in getattr(type_, "_valid_lookup", {}).items() if v is not None}
@@ -136,7 +136,7 @@ def _enum_coercer(column: Any) -> Coercer:
 
 
 def _uuid_coercer(column: Any) -> Coercer:
-    as_uuid = bool(getattr(_base_type(column.type), "as_uuid", True))
+    as_uuid = bool(getattr(base_type(column.type), "as_uuid", True))
 
     def coerce(v: Any) -> Any:
         if v is None:
@@ -159,7 +159,7 @@ def _uuid_coercer(column: Any) -> Coercer:
 
 
 def _numeric_coercer(column: Any) -> Coercer:
-    scale = getattr(_base_type(column.type), "scale", None)
+    scale = getattr(base_type(column.type), "scale", None)
 
     def coerce(v: Any) -> Any:
         if v is None:
@@ -257,7 +257,7 @@ def _refused_type(column: Any) -> ShardConfigError:
     )
 
 
-def _base_type(type_: Any) -> Any:
+def base_type(type_: Any) -> Any:
     """The type whose storage rule applies: a TypeDecorator's impl, a variant's base."""
     seen = 0
     while isinstance(type_, sqltypes.TypeDecorator) and seen < 8:
@@ -269,7 +269,7 @@ def _base_type(type_: Any) -> Any:
 def coercer_for(column: Column[Any]) -> Coercer:
     """The stored-value function of one column, built once; raises ShardConfigError for a
     column type that cannot be a source (Float, JSON, ARRAY...)."""
-    type_ = _base_type(column.type)
+    type_ = base_type(column.type)
     if isinstance(type_, sqltypes.Float) or (
         isinstance(type_, sqltypes.Numeric) and not type_.asdecimal
     ):
@@ -304,7 +304,7 @@ def sends_stored_form(column: Column[Any]) -> bool:
     the caller's own queries bind (case kept), so the row must hold the caller's text for
     their plain ``u == value`` to find it; the hash uses the canonical form, which the
     server-side expression also rebuilds from any case and dashes."""
-    t = _base_type(column.type)
+    t = base_type(column.type)
     if isinstance(t, sqltypes.Uuid):
         return bool(t.as_uuid)  # a UUID object carries no case; a string keeps the caller's
     return not isinstance(t, sqltypes.Enum)
@@ -344,7 +344,7 @@ def has_case_insensitive_collation(column: Any) -> bool:
     database's ``=`` matches values that hash differently, so a lookup cannot prune and
     an UPDATE cannot take the value from its WHERE clause.
     """
-    collation = getattr(_base_type(getattr(column, "type", None)), "collation", None)
+    collation = getattr(base_type(getattr(column, "type", None)), "collation", None)
     if not collation:
         return False
     return str(collation).strip('"').lower() not in _EXACT_COLLATIONS

@@ -28,7 +28,6 @@ from sqlalchemy import types as sqltypes
 from sqlalchemy.orm import MappedColumn, Mapper, mapped_column
 from sqlalchemy.schema import Computed
 from sqlalchemy.sql.expression import text
-from sqlalchemy.types import TypeDecorator
 
 from sharded_orm.errors import ShardConfigError, ShardTypeError
 from sharded_orm.hashing import (
@@ -44,6 +43,7 @@ from sharded_orm.hashing import (
 )
 from sharded_orm.schema.coerce import (
     Coercer,
+    base_type,
     coercer_for,
     has_case_insensitive_collation,
     sends_stored_form,
@@ -178,9 +178,7 @@ def make_shard_column(
 
 def piece_kind(column: Any) -> str | None:
     """Which inline fast path fits the column's stored Python type, if any."""
-    type_ = getattr(column, "type", None)
-    while isinstance(type_, TypeDecorator):
-        type_ = type_.impl_instance
+    type_ = base_type(getattr(column, "type", None))
     if isinstance(type_, (sqltypes.Enum, sqltypes.Uuid)):
         return None
     if isinstance(type_, sqltypes.String):
