@@ -90,15 +90,17 @@ def backfill_sql(
     ``fix_stale=True`` also rewrites rows whose value differs from the expression (rows a
     writer unaware of the new column changed after they were filled).
     """
+    return _update(table, column, sources, count, fix_stale)[0]
+
+
+def _update(
+    table: str, column: str, sources: Sequence[sa.Column[Any]], count: int, fix_stale: bool
+) -> tuple[str, str]:
+    """``backfill_sql``'s statement and its WHERE condition (which selects the key ranges)."""
     expr = shard_sql(sources, count, quote)
-    where = _needs_update(column, expr, fix_stale)
-    return f"UPDATE {quote(table, 'table name')} SET {quote(column)} = {expr} WHERE {where}"
-
-
-def _needs_update(column: str, expr: str, fix_stale: bool) -> str:
-    if fix_stale:
-        return f"({quote(column)} IS NULL OR {quote(column)} != {expr})"
-    return f"{quote(column)} IS NULL"
+    col = quote(column)
+    where = f"({col} IS NULL OR {col} != {expr})" if fix_stale else f"{col} IS NULL"
+    return f"UPDATE {quote(table, 'table name')} SET {col} = {expr} WHERE {where}", where
 
 
 def _key_names(bind: Any, table: Any, name: str) -> list[str]:
@@ -210,7 +212,8 @@ def _target(
     sources: Sequence[str] | None,
     count: int | None,
     algorithm: str | None,
-) -> tuple[str, list[sa.Column[Any]], int, str]:
+) -> tuple[str, list[sa.Column[Any]], int]:
+    """The table name, source columns and count to backfill; refuses a crc32 column."""
     if isinstance(table, str):
         if sources is None or count is None:
             raise ShardConfigError(
@@ -220,7 +223,7 @@ def _target(
         algo = validate_algorithm(algorithm or FARM_FINGERPRINT)
         _refuse_crc32(table, column_name, algo)
         cols = _reflected_sources(bind, check_identifier(table, "table name"), list(sources))
-        return table, cols, check_positive_int(count, "count"), algo
+        return table, cols, check_positive_int(count, "count")
     t = table_of(table)
     sc = get_shard_column(t, column_name)
     if sources is not None and tuple(sources) not in (sc.source_keys, sc.spec.sources):
@@ -231,7 +234,7 @@ def _target(
     if count is not None and count != sc.count:
         raise ShardConfigError(f"count={count} disagrees with the model's count={sc.count}")
     _refuse_crc32(t.name, sc.name, sc.algorithm)
-    return t.name, list(sc.sources), sc.count, sc.algorithm
+    return t.name, list(sc.sources), sc.count
 
 
 def backfill_server_side(
@@ -266,13 +269,12 @@ def backfill_server_side(
             f"{getattr(getattr(bind, 'dialect', None), 'name', bind)!r} use the client path "
             "(op.backfill_shard(..., server_side=False))"
         )
-    name, cols, n, algo = _target(bind, table, column_name, sources, count, algorithm)
-    _refuse_crc32(name, column_name, algo)
+    name, cols, n = _target(bind, table, column_name, sources, count, algorithm)
     from sharded_orm.spanner.mutations import database_of
 
     start = time.monotonic()
     col = quote(column_name)
-    sql = backfill_sql(name, column_name, cols, n, fix_stale=fix_stale)
+    sql, where = _update(name, column_name, cols, n, fix_stale)
     with connect(bind) as conn:
         missing = int(
             conn.exec_driver_sql(
@@ -286,7 +288,6 @@ def backfill_server_side(
     ranges: list[tuple[str, dict[str, Any], dict[str, Any]]] = [("TRUE", {}, {})]
     if rows_per_statement is not None:
         check_positive_int(rows_per_statement, "rows_per_statement")
-        where = _needs_update(column_name, shard_sql(cols, n, quote), fix_stale)
         keys = _key_names(bind, table, name)
         ranges = key_ranges(database, name, keys, where, rows_per_statement)
         rpcs += 1
