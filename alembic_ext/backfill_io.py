@@ -15,6 +15,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from sharded_orm.errors import ShardConfigError, ShardingWarning
 from sharded_orm.retry import RetryPolicy, retry_call
+from sharded_orm.spanner.mutations import database_of
 
 #: Each batch: up to 8 attempts within 120 s (sharded_orm.retry's defaults).
 BATCH_POLICY = RetryPolicy()
@@ -129,8 +130,7 @@ class MutationWriter:
     UPDATE statements costs a round of DML per row)."""
 
     def __init__(self, engine: Engine, plan: Plan) -> None:
-        with engine.connect() as conn:
-            self.database: Any = conn.connection.dbapi_connection.database  # type: ignore[union-attr]
+        self.database: Any = database_of(engine)
         self.engine = engine
         self.plan = plan
 

@@ -38,6 +38,7 @@ from sqlalchemy.sql.elements import UnaryExpression
 
 from sharded_orm.checks import quote_identifier
 from sharded_orm.errors import ShardConfigError
+from sharded_orm.spanner.mutations import database_of
 
 from . import ops as _ops  # noqa: F401  (registers op.backfill_shard, op.alter_index_storing)
 from . import reflection
@@ -153,9 +154,8 @@ class SpannerImpl(DefaultImpl):
         self._dropped.clear()
         self._added.clear()
         assert self.connection is not None
-        raw: Any = self.connection.connection.dbapi_connection
         try:
-            raw.database.update_ddl(statements).result()
+            database_of(self.connection).update_ddl(statements).result()
         except Exception as exc:
             listed = "; ".join(statements)
             raise MigrationError(
