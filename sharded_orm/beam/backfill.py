@@ -6,6 +6,7 @@ import warnings
 from typing import Any
 
 import apache_beam as beam
+import sqlalchemy as sa
 from apache_beam.io.gcp.experimental.spannerio import ReadFromSpanner, WriteMutation
 from apache_beam.metrics.metric import Metrics
 
@@ -19,18 +20,23 @@ from sharded_orm.beam.write import (
 )
 from sharded_orm.errors import ShardConfigError
 from sharded_orm.load.verify import quote, row_decoder
-from sharded_orm.schema.columns import get_shard_column, table_of
+from sharded_orm.schema.columns import ShardColumn, get_shard_column, table_of
 
 #: Tag of the output of rows whose shard cannot be computed: ``{"key": ..., "reason": ...}``.
 UNHASHABLE = "unhashable"
+
+
+def read_columns(table: sa.Table, sc: ShardColumn) -> list[sa.Column[Any]]:
+    """The columns a backfill reads: the key, then the sources not in it."""
+    columns = list(table.primary_key.columns)
+    return columns + [c for c in sc.sources if c not in columns]
 
 
 def backfill_query(model: Any, column: str, only_missing: bool) -> tuple[str, list[Any]]:
     """The partitionable read: key columns and sources (each once), NULL rows only if asked."""
     table = table_of(model)
     sc = get_shard_column(table, column)
-    columns = list(table.primary_key.columns)
-    columns += [c for c in sc.sources if c not in columns]
+    columns = read_columns(table, sc)
     sql = f"SELECT {', '.join(quote(c.name) for c in columns)} FROM {quote(table.name, 'table')}"
     if only_missing:
         sql += f" WHERE {quote(sc.name)} IS NULL"
@@ -40,23 +46,22 @@ def backfill_query(model: Any, column: str, only_missing: bool) -> tuple[str, li
 class _ShardFn(beam.DoFn):
     """A read row (key + sources) to an update mutation of the new shard column."""
 
-    def __init__(self, path: str, column: str, only_missing: bool) -> None:
-        self.path, self.column, self.only_missing = path, column, only_missing
+    def __init__(self, path: str, column: str) -> None:
+        self.path, self.column = path, column
         self.done = Metrics.counter(NAMESPACE, "rows_backfilled")
 
     def setup(self) -> None:
         from sharded_orm.spanner.mutations import bind_processors, dialect_of
 
-        model = load_model(self.path)
-        table = table_of(model)
+        table = table_of(load_model(self.path))
         self.table = table.name
         self.shard = get_shard_column(table, self.column)
-        _, self.read_columns = backfill_query(model, self.column, self.only_missing)
+        columns = read_columns(table, self.shard)
         dialect = dialect_of(None)
-        self.decode = row_decoder(self.read_columns, dialect)
+        self.decode = row_decoder(columns, dialect)
         self.keys = list(table.primary_key.columns)
-        self.key_at = [self.read_columns.index(c) for c in self.keys]
-        self.source_at = [self.read_columns.index(c) for c in self.shard.sources]
+        self.key_at = [columns.index(c) for c in self.keys]
+        self.source_at = [columns.index(c) for c in self.shard.sources]
         self.encode = bind_processors(self.keys, dialect)
         self.columns = [c.name for c in self.keys] + [self.shard.name]
 
@@ -109,7 +114,6 @@ class Backfill(beam.PTransform[Any, Any]):
                 f"{sc.name} is a generated column (server_side=True): Spanner fills it itself"
             )
         self.column = sc.key
-        self.only_missing = only_missing
         self.sql, _ = backfill_query(model, column, only_missing)
         with warnings.catch_warnings():  # deprecated for a Java cross-language one; see write
             warnings.simplefilter("ignore")
@@ -131,7 +135,7 @@ class Backfill(beam.PTransform[Any, Any]):
             root
             | "Read keys and sources" >> self.read
             | "Compute shards"
-            >> beam.ParDo(_ShardFn(self.path, self.column, self.only_missing)).with_outputs(
+            >> beam.ParDo(_ShardFn(self.path, self.column)).with_outputs(
                 UNHASHABLE, main="mutations"
             )
         )
