@@ -21,6 +21,7 @@ from __future__ import annotations
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from sqlalchemy import Column, Integer, Table, event
@@ -128,8 +129,9 @@ class ShardColumn:
     def server_side(self) -> bool:
         return self.spec.server_side
 
-    @property
+    @cached_property
     def source_keys(self) -> tuple[str, ...]:
+        # read several times per row on the general write path; sources never change
         return tuple(c.key for c in self.sources)
 
     def compute(self, values: Sequence[object]) -> int:
@@ -146,10 +148,6 @@ class ShardColumn:
         if isinstance(row, dict):
             return self.shard_fn([row[k] for k in self.source_keys])
         return self.shard_fn([getattr(row, k) for k in self.source_keys])
-
-    def stored_values(self, values: Sequence[object]) -> list[Any]:
-        """The source values as their columns store them (what the hash is taken of)."""
-        return [c(v) for c, v in zip(self.coercers, values, strict=True)]
 
     def values_to_send(self, values: Sequence[object]) -> list[Any]:
         """The source values to write so that the database stores what is hashed: each in

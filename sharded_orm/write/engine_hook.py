@@ -33,7 +33,13 @@ from sharded_orm.errors import ShardConfigError, ShardingWarning
 from sharded_orm.schema.registry import cascade_targets, sharded_names
 from sharded_orm.spanner import is_spanner
 from sharded_orm.write.rows import Fetch, RowShards, fast_insert_rows, resendable
-from sharded_orm.write.sql import MISSING, literal_value, statement_values, where_equalities
+from sharded_orm.write.sql import (
+    MISSING,
+    column_key,
+    literal_value,
+    statement_values,
+    where_equalities,
+)
 from sharded_orm.write.statements import check_from_select, onto_declared, with_upsert_shard
 from sharded_orm.write.targets import statement_table, write_shards
 from sharded_orm.write.trust import take
@@ -51,7 +57,7 @@ def _rewrite_multi_values(stmt: Insert, table: Any, shards: RowShards) -> Insert
             items = raw.items() if isinstance(raw, dict) else zip(table.c, raw, strict=False)
             row: dict[str, Any] = {}
             for k, v in items:
-                key = k if isinstance(k, str) else getattr(k, "key", None)
+                key = column_key(k)
                 if key is None:
                     raise ShardConfigError(f"cannot read multi-VALUES key {k!r}")
                 lit = literal_value(v)
@@ -150,7 +156,7 @@ def _before_execute(
         if elem.select is not None:
             check_from_select(elem, table, row_shards.client_made)
             return elem, multiparams, params
-        elem = with_upsert_shard(elem, table, shards)
+        elem = with_upsert_shard(elem, shards)
         if not stmt_values and not row_shards.server_made and (multiparams or params):
             rows = multiparams if multiparams else [params]
             if take(conn, table, len(rows)) and _all_filled(rows, row_shards):

@@ -17,9 +17,8 @@ from __future__ import annotations
 
 import datetime as _dt
 import uuid
-import weakref
 import zlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from decimal import Decimal
 from typing import Any
 
@@ -36,10 +35,7 @@ from sharded_orm.hashing import (
 )
 from sharded_orm.schema.columns import ShardColumn, piece_kind
 
-RowShard = Callable[[Mapping[str, Any]], int]
 RowsFiller = Callable[[Sequence[dict[str, Any]]], list[dict[str, Any]]]
-
-_by_column: weakref.WeakKeyDictionary[ShardColumn, RowShard] = weakref.WeakKeyDictionary()
 
 _COMMON: dict[str, Any] = {
     "CRC": zlib.crc32,
@@ -80,28 +76,24 @@ def _shard_code(
     sc: ShardColumn,
     ns: dict[str, Any],
     pad: str,
-    resend: bool = False,
 ) -> str:
     """Lines that set ``s<j>`` to the shard of ``sc`` from the variables ``names``.
 
-    With ``resend``, a value off the inline path is replaced in its variable by the form
-    its column stores (``ShardColumn.values_to_send``), and ``dirty`` is set when one
-    changed, so the caller sends what was hashed."""
+    A value off the inline path is replaced in its variable by the form its column stores
+    (``ShardColumn.values_to_send``), and ``dirty`` is set when one changed, so the caller
+    sends what was hashed."""
     parts = [_source_code(v, piece_kind(c)) for v, c in zip(names, sc.sources, strict=True)]
     ns[f"SLOW{j}"] = sc.shard_fn
     listed = ", ".join(names)
-    if resend:
-        ns[f"SEND{j}"] = sc.values_to_send
-        changed = " or ".join(f"w{j}[{i}] is not {v}" for i, v in enumerate(names))
-        slow = (
-            f"w{j} = SEND{j}([{listed}])\n"
-            f"{pad}if {changed}:\n"
-            f"{pad}    {listed}, = w{j}\n"
-            f"{pad}    dirty = True\n"
-            f"{pad}s{j} = SLOW{j}(w{j})"
-        )
-    else:
-        slow = f"s{j} = SLOW{j}([{listed}])"
+    ns[f"SEND{j}"] = sc.values_to_send
+    changed = " or ".join(f"w{j}[{i}] is not {v}" for i, v in enumerate(names))
+    slow = (
+        f"w{j} = SEND{j}([{listed}])\n"
+        f"{pad}if {changed}:\n"
+        f"{pad}    {listed}, = w{j}\n"
+        f"{pad}    dirty = True\n"
+        f"{pad}s{j} = SLOW{j}(w{j})"
+    )
     if sc.algorithm != CRC32 or any(p is None for p in parts):
         return f"{pad}{slow}\n"
     ns[f"N{j}"] = sc.count
@@ -125,24 +117,6 @@ def _build(header: str, body: str, ns: dict[str, Any]) -> Any:
     scope: dict[str, Any] = {}
     exec(compile(src, "<sharded_orm.write.fastpath>", "exec"), scope)  # noqa: S102
     return scope["make"](**ns)
-
-
-def row_shard(sc: ShardColumn, keys: Sequence[str] | None = None) -> RowShard:
-    """``row -> shard`` of ``sc``, reading its sources from a mapping by their column keys
-    (or by ``keys``, e.g. ORM attribute names); KeyError when one is absent."""
-    if keys is None:
-        hit = _by_column.get(sc)
-        if hit is None:
-            hit = _by_column[sc] = row_shard(sc, sc.source_keys)
-        return hit
-    ns: dict[str, Any] = dict(_COMMON)
-    names = [f"v{i}" for i in range(len(keys))]
-    for i, k in enumerate(keys):
-        ns[f"K{i}"] = k
-    reads = "".join(f"    v{i} = row[K{i}]\n" for i in range(len(keys)))
-    body = reads + _shard_code(0, names, sc, ns, "    ") + "    return s0\n"
-    fn: RowShard = _build("row", body, ns)
-    return fn
 
 
 def rows_filler(
@@ -176,7 +150,7 @@ def rows_filler(
         f"(g{j} == s{j} and g{j}.__class__ is not bool)" for j in range(len(shards))
     )
     compute = "".join(
-        _shard_code(j, [var[k] for k in sc.source_keys], sc, ns, "                ", True)
+        _shard_code(j, [var[k] for k in sc.source_keys], sc, ns, "                ")
         for j, sc in enumerate(shards)
     )
     sets = "".join(f"            new[G{j}] = s{j}\n" for j in range(len(shards)))
@@ -261,7 +235,7 @@ def object_filler(plans: Sequence[tuple[ShardColumn, str, Sequence[str]]]) -> Ob
             f"        if m{j} is not None and {same}:\n"
             f"            s{j} = m{j}[0]\n"
             "        else:\n"
-            + _shard_code(j, [var[a] for a in source_attrs], sc, ns, "            ", True)
+            + _shard_code(j, [var[a] for a in source_attrs], sc, ns, "            ")
         )
     gets = "".join(f"    g{j} = d.get(G{j})\n" for j in range(len(plans)))
     agree = " and ".join(f"(g{j} is None or g{j} == s{j})" for j in range(len(plans)))

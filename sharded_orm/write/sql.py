@@ -70,6 +70,12 @@ def where_equalities(where: Any) -> dict[ColumnClause[Any], Any]:
     return found
 
 
+def column_key(k: Any) -> Any:
+    """The column key a ``.values()``/``ON CONFLICT`` key stands for: a string as it is, a
+    column by its ``.key``; None for anything else."""
+    return k if isinstance(k, str) else getattr(k, "key", None)
+
+
 def statement_values(stmt: ValuesBase) -> dict[str, Any]:
     """Values given with ``.values(...)`` (single row), keyed by column key."""
     # SQLAlchemy keeps .values() here (no public accessor exists); 2.0 keeps
@@ -79,7 +85,7 @@ def statement_values(stmt: ValuesBase) -> dict[str, Any]:
         return {}
     out = {}
     for k, v in raw.items():
-        key = k if isinstance(k, str) else getattr(k, "key", None)
+        key = column_key(k)
         if key is not None:
             out[key] = v
     return out

@@ -23,21 +23,17 @@ from sqlalchemy.sql.visitors import replacement_traverse
 from sharded_orm.errors import ShardConfigError, ShardingError
 from sharded_orm.schema.columns import ShardColumn, shard_columns
 from sharded_orm.schema.registry import declared_tables
-from sharded_orm.write.sql import statement_values
+from sharded_orm.write.sql import column_key, statement_values
 
 
-def _key_of(k: Any) -> Any:
-    return k if isinstance(k, str) else getattr(k, "key", None)
-
-
-def with_upsert_shard(stmt: Insert, table: Any, shards: Sequence[ShardColumn]) -> Insert:
+def with_upsert_shard(stmt: Insert, shards: Sequence[ShardColumn]) -> Insert:
     """``stmt`` with ``shard = excluded.shard`` added to its DO UPDATE SET where needed."""
     clause = getattr(stmt, "_post_values_clause", None)  # SQLAlchemy's ON CONFLICT clause
     to_set = getattr(clause, "update_values_to_set", None)
     if not to_set:
         return stmt
     items = list(to_set.items() if isinstance(to_set, dict) else to_set)
-    keys = {_key_of(k): v for k, v in items}
+    keys = {column_key(k): v for k, v in items}
     targets = {getattr(c, "key", c) for c in getattr(clause, "inferred_target_elements", ()) or ()}
     extra: list[tuple[Any, Any]] = []
     for sc in shards:
@@ -83,7 +79,7 @@ def _plain(col: Any) -> Any:
 
 def check_from_select(stmt: Insert, table: Any, shards: Sequence[ShardColumn]) -> None:
     """Refuse an INSERT ... FROM SELECT whose shard values are not a verified copy."""
-    names = [_key_of(c) for c in (stmt._select_names or ())]
+    names = [column_key(c) for c in (stmt._select_names or ())]
     selected = list(stmt.select.selected_columns)  # type: ignore[union-attr]
     by_key = dict(zip(names, selected, strict=False))
     for sc in shards:
