@@ -154,8 +154,9 @@ class SpannerImpl(DefaultImpl):
         self._dropped.clear()
         self._added.clear()
         assert self.connection is not None
+        database = database_of(self.connection)
         try:
-            database_of(self.connection).update_ddl(statements).result()
+            database.update_ddl(statements).result()
         except Exception as exc:
             listed = "; ".join(statements)
             raise MigrationError(
