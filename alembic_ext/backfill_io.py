@@ -14,6 +14,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from sharded_orm.errors import ShardConfigError, ShardingWarning
+from sharded_orm.read.order import after_condition
 from sharded_orm.retry import RetryPolicy, retry_call
 from sharded_orm.spanner.mutations import database_of
 
@@ -104,11 +105,7 @@ class SqlWriter:
         if null_only:
             read = read.where(p.target.is_(None))
         elif after is not None:
-            terms = []
-            for i, col in enumerate(p.key):
-                equal = [p.key[j] == after[j] for j in range(i)]
-                terms.append(sa.and_(*equal, col > after[i]))
-            read = read.where(sa.or_(*terms))
+            read = read.where(after_condition([(c, False) for c in p.key], after))
         with self.engine.begin() as conn:
             rows = [list(r) for r in conn.execute(read)]
             changes = fix(rows)
