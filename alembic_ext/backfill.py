@@ -115,15 +115,7 @@ def _check_marker(
     conn: Connection, table: str, column: str, sources: list[str], count: int, algorithm: str
 ) -> None:
     """Refuse a spec that differs from the one the database records for the column."""
-    if is_spanner(conn):
-        names = list(reflection.read_check_constraints(conn, table))
-    else:
-        try:
-            found = sa.inspect(conn).get_check_constraints(table)
-        except NotImplementedError:
-            return
-        names = [str(c["name"]) for c in found if c.get("name")]
-    marker = find_marker(table, column, names)
+    marker = find_marker(table, column, reflection.check_names(conn, table))
     if marker is not None and marker.digest != spec_digest(algorithm, count, tuple(sources)):
         raise ShardConfigError(
             f"{table}.{column} is recorded as a shard of count={marker.count} with another "

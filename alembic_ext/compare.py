@@ -68,18 +68,6 @@ def _metadata_tables(ctx: AutogenContext) -> dict[str, sa.Table]:
     return {t.name: t for m in mds for t in m.tables.values()}
 
 
-def _check_names(ctx: AutogenContext, table: str) -> list[str]:
-    conn = ctx.connection
-    if conn is None:
-        return []
-    if is_spanner(conn):
-        return list(reflection.read_check_constraints(conn, table))
-    try:
-        return [c["name"] for c in ctx.inspector.get_check_constraints(table) if c["name"]]
-    except NotImplementedError:
-        return []
-
-
 def _shard_sql(sc: ShardColumn, ctx: AutogenContext) -> str:
     from sharded_orm.spanner.expressions import shard_sql
 
@@ -108,6 +96,16 @@ class _Rewriter:
         hook = ctx.opts.get("process_revision_directives")
         #: env.py passes split_reshard: a one-step reshard becomes expand + contract
         self.splits = hook is split_reshard
+        self._checks: dict[str, list[str]] = {}
+
+    def check_names(self, table: str) -> list[str]:
+        """``table``'s CHECK constraint names, read once per run (no DDL runs meanwhile)."""
+        conn = self.ctx.connection
+        if conn is None:
+            return []
+        if table not in self._checks:
+            self._checks[table] = reflection.check_names(conn, table, self.ctx.inspector)
+        return self._checks[table]
 
     # -- top level
 
@@ -244,7 +242,6 @@ class _Rewriter:
     def modify_table(self, mod: ops.ModifyTableOps) -> None:
         table = self.meta.get(mod.table_name)
         shards = {sc.name: sc for sc in shard_columns(table)} if table is not None else {}
-        checks: list[str] | None = None
         out: list[ops.MigrateOperation] = []
         for op in mod.ops:
             if isinstance(op, ops.CreateIndexOp):
@@ -266,9 +263,7 @@ class _Rewriter:
                     )
                 )  # fmt: skip
             elif isinstance(op, ops.DropColumnOp):
-                if checks is None:
-                    checks = _check_names(self.ctx, mod.table_name)
-                out.append(self.drop_column(mod.table_name, op, checks))
+                out.append(self.drop_column(mod.table_name, op, self.check_names(mod.table_name)))
             else:
                 out.append(op)
         out = storing_in_place(out)
@@ -312,7 +307,7 @@ class _Rewriter:
         assert conn is not None
         db_cols = {c["name"] for c in self.ctx.inspector.get_columns(table.name)}
         out: list[ops.MigrateOperation] = []
-        checks = _check_names(self.ctx, table.name)
+        checks = self.check_names(table.name)
         generated = reflection.read_generated_columns(conn, table.name) if self.spanner else {}
         if self.spanner:
             check_key_and_parent(conn, table)

@@ -28,6 +28,8 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Dialect
 from sqlalchemy.engine.reflection import Inspector
 
+from sharded_orm.spanner import is_spanner
+
 #: Name Spanner gives every primary key in INFORMATION_SCHEMA.
 PRIMARY_KEY_NAME = "PRIMARY_KEY"
 
@@ -134,6 +136,19 @@ def read_check_constraints(conn: Connection, table: str) -> dict[str, str]:
     )
     # Spanner lists each NOT NULL as an implicit CK_IS_NOT_NULL_<table>_<column> check
     return {n: c for n, c in rows if not n.startswith("CK_IS_NOT_NULL_")}
+
+
+def check_names(conn: Connection, table: str, inspector: Inspector | None = None) -> list[str]:
+    """Names of ``table``'s CHECK constraints (the shard markers are among them): from
+    INFORMATION_SCHEMA on Spanner, else from ``inspector`` (default: a new one on
+    ``conn``); none where the dialect cannot reflect them."""
+    if is_spanner(conn):
+        return list(read_check_constraints(conn, table))
+    try:
+        found = (inspector or sa.inspect(conn)).get_check_constraints(table)
+    except NotImplementedError:
+        return []
+    return [str(c["name"]) for c in found if c.get("name")]
 
 
 def normalize_sql(sql: str) -> str:
