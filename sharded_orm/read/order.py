@@ -165,16 +165,6 @@ def _after_one(col: Any, desc: bool, v: Any) -> Any:
     return or_(col < v, col.is_(None)) if nullable else col < v
 
 
-def _before_one(col: Any, desc: bool, v: Any) -> Any:
-    """Strictly before ``v`` in ``col``'s direction (NULL is smallest)."""
-    nullable = getattr(col, "nullable", True)
-    if desc:
-        return col.is_not(None) if v is None else col > v
-    if v is None:
-        return false()
-    return or_(col < v, col.is_(None)) if nullable else col < v
-
-
 def _equal(col: Any, v: Any) -> Any:
     return col.is_(None) if v is None else col == v
 
@@ -204,6 +194,8 @@ def at_or_before_condition(columns: Sequence[tuple[Any, bool]], values: Sequence
     last = len(columns) - 1
     for i, (col, desc) in enumerate(columns):
         eqs = [_equal(c, v) for (c, _), v in zip(columns[:i], values[:i], strict=True)]
-        one = _at_or_before_one if i == last else _before_one
-        ors.append(and_(*eqs, one(col, desc, values[i])))
+        if i == last:
+            ors.append(and_(*eqs, _at_or_before_one(col, desc, values[i])))
+        else:  # strictly before in one direction is strictly after in the other
+            ors.append(and_(*eqs, _after_one(col, not desc, values[i])))
     return or_(*ors) if ors else true()

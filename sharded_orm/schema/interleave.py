@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import MetaData, Table, event
+from sqlalchemy import Index, MetaData, Table, event
 
 from sharded_orm.checks import check_spanner_name
 from sharded_orm.errors import ShardConfigError, ShardTypeError
@@ -38,7 +38,8 @@ def interleave_in(parent: str | Table | Any, *, on_delete_cascade: bool = False)
     return kw
 
 
-def parent_of(table: Table) -> str | None:
+def parent_of(table: Table | Index) -> str | None:
+    """The name a table (or index) is interleaved in, from its spanner options."""
     # Membership first: looking up a dialect's options loads the dialect, and this runs
     # for every Table anyone defines (some while a dialect module is being imported).
     if "spanner" not in table.dialect_options:
@@ -96,8 +97,6 @@ def _check_interleaved(table: Table, connection: Any, **kw: Any) -> None:
     if parent_name is not None and parent_name in tables:
         check_key_prefix(table, tables[parent_name])
     for index in table.indexes:
-        if "spanner" not in index.dialect_options:
-            continue
-        index_parent = index.dialect_options["spanner"].get("interleave_in")
-        if isinstance(index_parent, str) and index_parent in tables:
+        index_parent = parent_of(index)
+        if index_parent is not None and index_parent in tables:
             check_index_prefix(index, tables[index_parent])
