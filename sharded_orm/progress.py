@@ -168,13 +168,6 @@ class Progress:
             line = self.status_line(now)
         self._logger.info("%s", line)
 
-    def set_total(self, total: int | None) -> None:
-        """The total became known (or changed) after the job started."""
-        with self._lock:
-            self.total = total
-            if self._bar is not None:
-                self._bar.update(self._task, total=total)
-
     def status_line(self, now: float | None = None) -> str:
         """``description: 12,000 / 100,000 rows (12.0%), 3,100 rows/s, ETA 25s``."""
         elapsed = (now if now is not None else time.monotonic()) - self._start

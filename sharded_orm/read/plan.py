@@ -269,13 +269,6 @@ def plan_of(stmt: Any) -> ShardPlan | None:
     return getattr(stmt, "_sharded_plan", None) if isinstance(stmt, ShardedSelect) else None
 
 
-def point_shard(plan: ShardPlan, stmt: Any, params: dict[str, Any] | None = None) -> int | None:
-    """The single shard ``stmt``'s WHERE clause pins, or None when it spans several."""
-    if params is None and isinstance(stmt, ShardedSelect):
-        return stmt.point_shard
-    return point_of(plan, stmt._where_criteria, params or {})
-
-
 def expand(
     stmt: Any,
     dialect: Any = None,
