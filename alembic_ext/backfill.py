@@ -157,6 +157,10 @@ def backfill_shard(
     report: ProgressCallback | None
     report = print_progress if progress is True else (progress or None)
     start = time.monotonic()
+    spanner = is_spanner(engine)
+    use_pdml = partitioned_dml
+    if use_pdml is None:
+        use_pdml = spanner and algorithm == FARM_FINGERPRINT
     with engine.connect() as conn:
         plan = Plan(conn, table, column, srcs)
         target = plan.target
@@ -172,21 +176,19 @@ def backfill_shard(
                 f"not a shard column of count {count} (a data column, or another count?). "
                 "Refusing to overwrite it."
             )
-        total = conn.execute(sa.select(sa.func.count()).where(target.is_(None))).scalar_one()
+        total = 0  # the partitioned path counts them itself, right before its update
+        if not use_pdml:
+            total = conn.execute(sa.select(sa.func.count()).where(target.is_(None))).scalar_one()
         conn.rollback()
-    spanner = is_spanner(engine)
-    use_pdml = partitioned_dml
-    if use_pdml is None:
-        use_pdml = spanner and algorithm == FARM_FINGERPRINT
     if use_pdml:
         if algorithm != FARM_FINGERPRINT or not spanner:
             raise ShardConfigError(
                 "partitioned DML backfill needs Spanner and algorithm='farm_fingerprint': "
                 "Spanner has no CRC32 function, so crc32 shards are computed by the client"
             )
-        return _partitioned(engine, plan, count, total, report, start)
+        return _partitioned(engine, plan, count, report, start)
     writer = MutationWriter(engine, plan) if spanner else SqlWriter(engine, plan)
-    run = _Run(engine, plan, fn, batch_size, writer, report, start, total)
+    run = _Run(plan, fn, batch_size, writer, report, start, total)
     run.fill()
     if verify:
         run.verify()
@@ -201,7 +203,7 @@ def backfill_shard(
 
 class _Run:
     def __init__(
-        self, engine: Engine, plan: Plan, fn: Callable[[Sequence[object]], int],
+        self, plan: Plan, fn: Callable[[Sequence[object]], int],
         batch_size: int, writer: SqlWriter | MutationWriter,
         report: ProgressCallback | None, start: float, total: int,
     ) -> None:  # fmt: skip
@@ -210,7 +212,7 @@ class _Run:
         self.batch_size = batch_size
         self.writer = writer
         self.report = report
-        self.start = time.monotonic() if start is None else start
+        self.start = start
         self.total = total
         self.done = self.batches = self.verified = self.fixed = 0
         names = [c.name for c in plan.read_cols]
@@ -271,7 +273,6 @@ def _partitioned(
     engine: Engine,
     plan: Plan,
     count: int,
-    total: int,
     report: ProgressCallback | None,
     start: float,
 ) -> BackfillResult:
@@ -290,6 +291,7 @@ def _partitioned(
             "fill the column?): run the backfill again"
         )
     elapsed = time.monotonic() - start
+    total = res.rows_missing_before or 0  # the NULL rows it found before its update
     fixed = max(0, res.rows_updated - total)
     if report is not None:
         report(
