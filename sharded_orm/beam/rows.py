@@ -50,27 +50,30 @@ def load_model(path: str) -> Any:
     return obj
 
 
+def refuse_server_filled_keys(table: sa.Table) -> None:
+    """A pipeline writes mutations, which cannot ask the database for key values."""
+    bad = server_filled_keys(table)
+    if bad:
+        raise ShardConfigError(
+            f"{table.name}.{', '.join(bad)} is filled by the database (IDENTITY, sequence "
+            "or SQL default), and a pipeline writes mutations, which cannot ask it for "
+            "values: give every row its key (a client-side id such as "
+            "UUIDPrimaryKeyMixin, or ids drawn from a SpannerSequence pool beforehand)"
+        )
+
+
 class RowPlan:
     """How one table's rows become mutation values (see the module docstring)."""
 
-    def __init__(self, model: Any, dialect: sa.Dialect | None = None) -> None:
+    def __init__(self, model: Any) -> None:
+        from sharded_orm.spanner.mutations import bind_processors, dialect_of
+
         table = table_of(model)
         self.table = table
         self.columns = written_columns(table, on_spanner=True)
         self.column_names = [c.name for c in self.columns]
-        bad = server_filled_keys(table)
-        if bad:
-            raise ShardConfigError(
-                f"{table.name}.{', '.join(bad)} is filled by the database (IDENTITY, sequence "
-                "or SQL default), and a pipeline writes mutations, which cannot ask it for "
-                "values: give every row its key (a client-side id such as "
-                "UUIDPrimaryKeyMixin, or ids drawn from a SpannerSequence pool beforehand)"
-            )
-        if dialect is None:
-            from sharded_orm.spanner.mutations import dialect_of
-
-            dialect = dialect_of(None)
-        processors = [c.type.dialect_impl(dialect).bind_processor(dialect) for c in self.columns]
+        refuse_server_filled_keys(table)
+        processors = bind_processors(self.columns, dialect_of(None))
         self.checker = RowChecker(table, self.columns, processors)
 
     def _items(self, raw: Any) -> list[tuple[str, Any]]:

@@ -9,8 +9,15 @@ import apache_beam as beam
 from apache_beam.io.gcp.experimental.spannerio import WriteMutation, WriteToSpanner
 from apache_beam.metrics.metric import Metrics
 
-from sharded_orm.beam.rows import RowPlan, RowRejected, load_model, model_path
+from sharded_orm.beam.rows import (
+    RowPlan,
+    RowRejected,
+    load_model,
+    model_path,
+    refuse_server_filled_keys,
+)
 from sharded_orm.errors import ShardConfigError
+from sharded_orm.schema.columns import table_of
 
 #: Tag of the dead-letter output: ``{"row": <the input>, "reason": "..."}`` per bad row.
 DEAD_LETTER = "dead_letter"
@@ -115,7 +122,7 @@ class WriteSharded(beam.PTransform[Any, Any]):
         if mode not in MODES:
             raise ShardConfigError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
         self.path = model_path(model)
-        RowPlan(model)  # refuse server-filled keys now, not on the workers
+        refuse_server_filled_keys(table_of(model))  # now, not on the workers
         self.mode = mode
         self.writer = spanner_writer(
             project_id,
