@@ -46,8 +46,9 @@ from .ops import (
     SpannerCreateIndexOp,
     SpannerDropIndexOp,
     VerifyShardOp,
+    metadata_list,
 )
-from .render import chain_render_item
+from .render import chain_render_item, quote_char
 from .shaping import (
     index_warnings,
     order_in_table,
@@ -61,11 +62,7 @@ from .shaping import (
 
 
 def _metadata_tables(ctx: AutogenContext) -> dict[str, sa.Table]:
-    md = ctx.metadata
-    if md is None:
-        return {}
-    mds: list[sa.MetaData] = list(md) if isinstance(md, (list, tuple)) else [md]  # type: ignore[list-item]
-    return {t.name: t for m in mds for t in m.tables.values()}
+    return {t.name: t for m in metadata_list(ctx.metadata) for t in m.tables.values()}
 
 
 def _shard_sql(sc: ShardColumn, ctx: AutogenContext) -> str:
@@ -90,7 +87,7 @@ class _Rewriter:
         self.ctx = ctx
         self.meta = _metadata_tables(ctx)
         self.spanner = ctx.dialect is not None and is_spanner(ctx.dialect)
-        self.quote = ctx.dialect.identifier_preparer.initial_quote if ctx.dialect else '"'
+        self.quote = quote_char(ctx)
         from .split import split_reshard
 
         hook = ctx.opts.get("process_revision_directives")

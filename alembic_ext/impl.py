@@ -271,10 +271,9 @@ class SpannerImpl(DefaultImpl):
         re-created, differs from the model, so it passes)."""
         conn = self._online()
         fn = getattr(self.context_opts.get("fn"), "__name__", "")
-        md = self.context_opts.get("target_metadata")
-        if conn is None or fn != "upgrade" or md is None:
+        mds = _ops.metadata_list(self.context_opts.get("target_metadata"))
+        if conn is None or fn != "upgrade" or not mds:
             return
-        mds = md if isinstance(md, (list, tuple)) else [md]
         declared = [
             i for m in mds for t in m.tables.values() for i in t.indexes if i.name == index.name
         ]

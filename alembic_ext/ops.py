@@ -35,6 +35,13 @@ from .markers import Marker
 PROGRESS_ATTRIBUTE = "sharded_orm.backfill_progress"
 
 
+def metadata_list(md: Any) -> list[sa.MetaData]:
+    """``target_metadata`` as a list: Alembic takes one MetaData, a sequence of them, or None."""
+    if md is None:
+        return []
+    return list(md) if isinstance(md, (list, tuple)) else [md]
+
+
 @Operations.register_operation("backfill_shard")
 class BackfillShardOp(MigrateOperation):
     """Fill a shard column where it is NULL (see :func:`alembic_ext.backfill.backfill_shard`)."""
@@ -90,9 +97,7 @@ def _model_check(operations: Operations, op: BackfillShardOp) -> None:
     """Refuse a backfill that disagrees with the models (``target_metadata``)."""
     from sharded_orm.schema.columns import shard_columns
 
-    md = operations.migration_context.opts.get("target_metadata")
-    mds = md if isinstance(md, (list, tuple)) else [md] if md is not None else []
-    for m in mds:
+    for m in metadata_list(operations.migration_context.opts.get("target_metadata")):
         table = m.tables.get(op.table_name)
         if table is None or op.column_name not in table.c:
             continue

@@ -50,7 +50,8 @@ def _sa_prefix(ctx: AutogenContext) -> str:
     return str(ctx.opts.get("sqlalchemy_module_prefix") or "sa.")
 
 
-def _quote_char(ctx: AutogenContext) -> str:
+def quote_char(ctx: AutogenContext) -> str:
+    """The dialect's identifier quote (``"`` without a dialect), for marker clauses."""
     dialect = ctx.dialect
     return dialect.identifier_preparer.initial_quote if dialect is not None else '"'
 
@@ -187,7 +188,7 @@ def _render_add_shard_column(ctx: AutogenContext, op: AddShardColumnOp) -> list[
             f"existing_type={_sa_prefix(ctx)}{col.type!r})"
         )
     if op.marker is not None:
-        clause = marker_clause(col.name, op.count, _quote_char(ctx))
+        clause = marker_clause(col.name, op.count, quote_char(ctx))
         lines.append(
             f"{p}create_check_constraint({op.marker.name!r}, {op.table_name!r}, {clause!r})"
         )
