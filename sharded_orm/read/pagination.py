@@ -149,10 +149,14 @@ def query_fingerprint(stmt: Any) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
-def encode_cursor(stmt: Any, values: list[Any], served: int = 0) -> str:
-    """A signed cursor after ``values``, ``served`` rows into the statement's LIMIT."""
+def encode_cursor(
+    stmt: Any, values: list[Any], served: int = 0, fingerprint: str | None = None
+) -> str:
+    """A signed cursor after ``values``, ``served`` rows into the statement's LIMIT
+    (``fingerprint``: the statement's ``query_fingerprint`` when the caller has it)."""
+    q = fingerprint if fingerprint is not None else query_fingerprint(stmt)
     body = json.dumps(
-        {"q": query_fingerprint(stmt), "v": [_encode_value(v) for v in values], "n": served},
+        {"q": q, "v": [_encode_value(v) for v in values], "n": served},
         separators=(",", ":"),
         sort_keys=True,
     ).encode()
@@ -160,8 +164,11 @@ def encode_cursor(stmt: Any, values: list[Any], served: int = 0) -> str:
     return base64.urlsafe_b64encode(sig + body).decode().rstrip("=")
 
 
-def decode_cursor_state(stmt: Any, cursor: object) -> tuple[list[Any], int]:
-    """(sort values, rows served) of a cursor ``page`` issued for ``stmt``."""
+def decode_cursor_state(
+    stmt: Any, cursor: object, fingerprint: str | None = None
+) -> tuple[list[Any], int]:
+    """(sort values, rows served) of a cursor ``page`` issued for ``stmt`` (whose
+    ``query_fingerprint`` the caller may pass, to compile the statement once)."""
     if not isinstance(cursor, str) or not cursor:
         raise CursorError(f"a cursor is the str a previous page returned, got {cursor!r}")
     try:
@@ -173,11 +180,11 @@ def decode_cursor_state(stmt: Any, cursor: object) -> tuple[list[Any], int]:
         raise CursorError("this cursor was altered, or signed with another secret; start over")
     try:
         data = json.loads(body)
-        fingerprint, items, served = data["q"], data["v"], int(data.get("n", 0))
+        data_fingerprint, items, served = data["q"], data["v"], int(data.get("n", 0))
         values = [_decode_value(item) for item in items]
     except (ValueError, KeyError, TypeError, IndexError):
         raise CursorError("this cursor is not one sharded-orm issued (bad body)") from None
-    if fingerprint != query_fingerprint(stmt):
+    if data_fingerprint != (fingerprint if fingerprint is not None else query_fingerprint(stmt)):
         raise CursorError("this cursor belongs to another query; start that query over")
     return values, served
 
@@ -203,8 +210,10 @@ def _page(conn: Any, stmt: Any, page_size: int, cursor: str | None) -> Page:
     query = MergeQuery(conn, stmt)
     limit, offset = statement_window(stmt)
     after, served = None, 0
+    fingerprint = None  # compiled once per page, when a cursor is read or written
     if cursor is not None:
-        after, served = decode_cursor_state(stmt, cursor)
+        fingerprint = query_fingerprint(stmt)
+        after, served = decode_cursor_state(stmt, cursor, fingerprint)
         offset = 0  # the cursor is past the OFFSET already
         if len(after) != len(query.columns):
             raise CursorError("this cursor does not fit this query's order; start over")
@@ -218,7 +227,7 @@ def _page(conn: Any, stmt: Any, page_size: int, cursor: str | None) -> Page:
     rows = query.rows(entries[:size])
     next_cursor = None
     if len(entries) > size:
-        next_cursor = encode_cursor(stmt, entries[size - 1][1], served + size)
+        next_cursor = encode_cursor(stmt, entries[size - 1][1], served + size, fingerprint)
     return Page(rows, next_cursor, stats)
 
 
