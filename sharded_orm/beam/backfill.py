@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
 import apache_beam as beam
@@ -16,6 +15,7 @@ from sharded_orm.beam.write import (
     DEFAULT_BATCH_CELLS,
     DEFAULT_BATCH_ROWS,
     NAMESPACE,
+    connector_deprecation_silenced,
     spanner_writer,
 )
 from sharded_orm.errors import ShardConfigError
@@ -115,8 +115,7 @@ class Backfill(beam.PTransform[Any, Any]):
             )
         self.column = sc.key
         self.sql, _ = backfill_query(model, column, only_missing)
-        with warnings.catch_warnings():  # deprecated for a Java cross-language one; see write
-            warnings.simplefilter("ignore")
+        with connector_deprecation_silenced():
             self.read = ReadFromSpanner(
                 project_id, instance_id, database_id, sql=self.sql, credentials=credentials
             )

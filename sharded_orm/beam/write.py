@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import apache_beam as beam
@@ -17,6 +19,7 @@ from sharded_orm.beam.rows import (
     refuse_server_filled_keys,
 )
 from sharded_orm.errors import ShardConfigError
+from sharded_orm.load.bulk import MAX_MUTATIONS
 from sharded_orm.schema.columns import table_of
 
 #: Tag of the dead-letter output: ``{"row": <the input>, "reason": "..."}`` per bad row.
@@ -27,8 +30,17 @@ MODES = ("insert", "insert_or_update", "replace")
 DEFAULT_BATCH_BYTES = 1024 * 1024
 DEFAULT_BATCH_ROWS = 500
 DEFAULT_BATCH_CELLS = 5000
-MAX_COMMIT_CELLS = 80_000
 NAMESPACE = "sharded_orm"
+
+
+@contextmanager
+def connector_deprecation_silenced() -> Iterator[None]:
+    """apache-beam deprecates its pure-Python Spanner connector in favour of a
+    cross-language transform that needs a Java expansion service; the pure-Python one is
+    the one that runs everywhere, so its warning is silenced where it is built."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield
 
 
 def spanner_writer(
@@ -42,15 +54,12 @@ def spanner_writer(
     credentials: Any = None,
 ) -> beam.PTransform[Any, Any]:
     """apache-beam's Python Spanner writer (mutation groups batched under the limits)."""
-    if not 0 < batch_cells <= MAX_COMMIT_CELLS:
+    if not 0 < batch_cells <= MAX_MUTATIONS:
         raise ShardConfigError(
-            f"batch_cells must be in 1..{MAX_COMMIT_CELLS} (Spanner's mutations per commit), "
+            f"batch_cells must be in 1..{MAX_MUTATIONS} (Spanner's mutations per commit), "
             f"got {batch_cells}"
         )
-    with warnings.catch_warnings():
-        # deprecated in favour of a cross-language transform that needs a Java expansion
-        # service; this pure-Python one is the one that runs everywhere
-        warnings.simplefilter("ignore")
+    with connector_deprecation_silenced():
         return WriteToSpanner(
             project_id=project_id,
             instance_id=instance_id,
@@ -74,6 +83,7 @@ class _PrepareFn(beam.DoFn):
 
     def setup(self) -> None:
         self.plan = RowPlan(load_model(self.path))
+        self.make = getattr(WriteMutation, self.mode)
 
     def process(self, raw: Any) -> Any:
         assert self.plan is not None
@@ -84,8 +94,7 @@ class _PrepareFn(beam.DoFn):
             yield beam.pvalue.TaggedOutput(DEAD_LETTER, {"row": raw, "reason": str(exc)})
             return
         self.ok.inc()
-        make = getattr(WriteMutation, self.mode)
-        yield make(table=self.plan.table.name, columns=self.plan.column_names, values=[values])
+        yield self.make(table=self.plan.table.name, columns=self.plan.column_names, values=[values])
 
 
 class WriteSharded(beam.PTransform[Any, Any]):
