@@ -33,8 +33,6 @@ from alembic.ddl._autogen import ComparisonResult
 from alembic.ddl.impl import DefaultImpl
 from sqlalchemy.engine import Connection, Dialect
 from sqlalchemy.schema import ExecutableDDLElement
-from sqlalchemy.sql import operators
-from sqlalchemy.sql.elements import UnaryExpression
 
 from sharded_orm.checks import quote_identifier
 from sharded_orm.errors import ShardConfigError
@@ -63,25 +61,6 @@ _IDEMPOTENT = [
     (re.compile(r"^(\s*DROP\s+(?:TABLE|INDEX)\s+)(?!IF\s)", re.I), r"\1IF EXISTS "),
     (re.compile(r"^(\s*ALTER\s+TABLE\s+\S+\s+ADD\s+COLUMN\s+)(?!IF\s)", re.I), r"\1IF NOT EXISTS "),
 ]
-
-
-def index_signature(index: sa.Index) -> dict[str, Any]:
-    """Everything Spanner stores about an index, in comparable form."""
-    parts = []
-    for expr in index.expressions:
-        desc = isinstance(expr, UnaryExpression) and expr.modifier is operators.desc_op
-        inner = expr.element if isinstance(expr, UnaryExpression) else expr
-        parts.append((str(getattr(inner, "name", inner)), desc))
-    # membership first: a lookup of a missing dialect would try to load it
-    opts: Any = index.dialect_options["spanner"] if "spanner" in index.dialect_options else {}  # noqa: SIM401
-    storing = opts.get("storing") or ()
-    return {
-        "columns": parts,
-        "unique": bool(index.unique),
-        "storing": sorted(s if isinstance(s, str) else s.name for s in storing),
-        "null_filtered": bool(opts.get("null_filtered")),
-        "interleave_in": opts.get("interleave_in") or None,
-    }
 
 
 def _info_signature(info: reflection.IndexInfo) -> dict[str, Any]:
@@ -280,7 +259,7 @@ class SpannerImpl(DefaultImpl):
         if not declared:
             return
         real = [i for i in reflection.read_indexes(conn).values() if i.name == index.name]
-        if real and _info_signature(real[0]) == index_signature(declared[0]):
+        if real and _info_signature(real[0]) == reflection.index_signature(declared[0]):
             raise MigrationError(
                 f"cannot drop index {index.name}: the models still declare it, unchanged, so "
                 "sharded_select(index=...) and FORCE_INDEX through it would fail. Remove it "
@@ -336,7 +315,8 @@ class SpannerImpl(DefaultImpl):
     # -- autogenerate
 
     def compare_indexes(self, metadata_index: sa.Index, reflected_index: sa.Index) -> Any:
-        meta, real = index_signature(metadata_index), index_signature(reflected_index)
+        meta = reflection.index_signature(metadata_index)
+        real = reflection.index_signature(reflected_index)
         diffs = [f"{key} {real[key]!r} to {meta[key]!r}" for key in meta if meta[key] != real[key]]
         return ComparisonResult.Different(diffs) if diffs else ComparisonResult.Equal()
 

@@ -27,6 +27,8 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Dialect
 from sqlalchemy.engine.reflection import Inspector
+from sqlalchemy.sql import operators
+from sqlalchemy.sql.elements import UnaryExpression
 
 from sharded_orm.spanner import is_spanner
 
@@ -136,6 +138,25 @@ def read_check_constraints(conn: Connection, table: str) -> dict[str, str]:
     )
     # Spanner lists each NOT NULL as an implicit CK_IS_NOT_NULL_<table>_<column> check
     return {n: c for n, c in rows if not n.startswith("CK_IS_NOT_NULL_")}
+
+
+def index_signature(index: sa.Index) -> dict[str, Any]:
+    """Everything Spanner stores about an index, in comparable form."""
+    parts = []
+    for expr in index.expressions:
+        desc = isinstance(expr, UnaryExpression) and expr.modifier is operators.desc_op
+        inner = expr.element if isinstance(expr, UnaryExpression) else expr
+        parts.append((str(getattr(inner, "name", inner)), desc))
+    # membership first: a lookup of a missing dialect would try to load it
+    opts: Any = index.dialect_options["spanner"] if "spanner" in index.dialect_options else {}  # noqa: SIM401
+    storing = opts.get("storing") or ()
+    return {
+        "columns": parts,
+        "unique": bool(index.unique),
+        "storing": sorted(s if isinstance(s, str) else s.name for s in storing),
+        "null_filtered": bool(opts.get("null_filtered")),
+        "interleave_in": opts.get("interleave_in") or None,
+    }
 
 
 def check_names(conn: Connection, table: str, inspector: Inspector | None = None) -> list[str]:

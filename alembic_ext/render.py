@@ -27,6 +27,7 @@ from sharded_orm.errors import ShardTypeError
 from sharded_orm.schema.keys import is_descending
 from sharded_orm.schema.types import UTCDateTime
 
+from . import reflection
 from .markers import marker_clause
 from .ops import (
     AddShardColumnOp,
@@ -116,18 +117,14 @@ def index_parts(index: sa.Index, ctx: AutogenContext) -> list[str]:
 
 
 def _spanner_kwargs(index: sa.Index) -> list[str]:
-    if "spanner" not in index.dialect_options:
-        return []
-    opts = index.dialect_options["spanner"]
+    sig = reflection.index_signature(index)
     out = []
-    storing = opts.get("storing")
-    if storing:
-        names = sorted(s if isinstance(s, str) else s.name for s in storing)
-        out.append(f"spanner_storing={names!r}")
-    if opts.get("null_filtered"):
+    if sig["storing"]:
+        out.append(f"spanner_storing={sig['storing']!r}")
+    if sig["null_filtered"]:
         out.append("spanner_null_filtered=True")
-    if opts.get("interleave_in"):
-        out.append(f"spanner_interleave_in={opts['interleave_in']!r}")
+    if sig["interleave_in"]:
+        out.append(f"spanner_interleave_in={sig['interleave_in']!r}")
     return out
 
 

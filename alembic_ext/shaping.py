@@ -17,7 +17,6 @@ from sharded_orm.errors import ShardTypeError
 from sharded_orm.hashing import CRC32, FARM_FINGERPRINT
 
 from . import reflection
-from .impl import index_signature
 from .markers import Marker, spec_digest
 from .ops import (
     AddShardColumnOp,
@@ -133,8 +132,8 @@ def storing_in_place(found: list[ops.MigrateOperation]) -> list[ops.MigrateOpera
     replaced = set()
     for o in found:
         if isinstance(o, ops.CreateIndexOp) and o.index_name in drops:
-            old = index_signature(drops[o.index_name].to_index())
-            new = index_signature(o.to_index())
+            old = reflection.index_signature(drops[o.index_name].to_index())
+            new = reflection.index_signature(o.to_index())
             if {k: v for k, v in old.items() if k != "storing"} == {
                 k: v for k, v in new.items() if k != "storing"
             }:

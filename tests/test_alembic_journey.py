@@ -29,9 +29,14 @@ from alembic_project import Project, body, no_changes
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from alembic_ext import BackfillProgress
-from alembic_ext.impl import DDL_BATCH_ATTRIBUTE, index_signature
+from alembic_ext.impl import DDL_BATCH_ATTRIBUTE
 from alembic_ext.ops import PROGRESS_ATTRIBUTE
-from alembic_ext.reflection import read_indexes, read_primary_key, read_table_parent
+from alembic_ext.reflection import (
+    index_signature,
+    read_indexes,
+    read_primary_key,
+    read_table_parent,
+)
 from sharded_orm import (
     ShardedIndex,
     TimestampShardedMixin,
