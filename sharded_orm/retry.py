@@ -186,7 +186,10 @@ def classify(exc: BaseException) -> Outcome:
 
 def is_retryable(exc: BaseException, *, idempotent: bool = False) -> bool:
     """True when a new attempt is safe and may succeed (``UNKNOWN`` only if idempotent)."""
-    outcome = classify(exc)
+    return _may_retry(classify(exc), idempotent)
+
+
+def _may_retry(outcome: Outcome, idempotent: bool) -> bool:
     return outcome is Outcome.RETRY or (idempotent and outcome is Outcome.UNKNOWN)
 
 
@@ -322,7 +325,7 @@ def retry_call(
             outcome, retry, last = Outcome.RETRY, True, exc
         except Exception as exc:
             outcome, last = classify(exc), exc
-            retry = outcome is Outcome.RETRY or (idempotent and outcome is Outcome.UNKNOWN)
+            retry = _may_retry(outcome, idempotent)
         wait = policy.delay(attempt - 1)
         why = ""
         if not retry:

@@ -161,20 +161,13 @@ class Emulator:
 
             # the client prefers $SPANNER_EMULATOR_HOST to api_endpoint: point it here
             # while the client is made (it reads the variable once)
-            saved = os.environ.get(HOST_ENV)
-            os.environ[HOST_ENV] = self.host
-            try:
+            with host_env(self.host):
                 self._client = spanner.Client(
                     project=self.project,
                     credentials=AnonymousCredentials(),  # type: ignore[no-untyped-call]
                     client_options={"api_endpoint": self.host},
                     disable_builtin_metrics=True,
                 )
-            finally:
-                if saved is None:
-                    os.environ.pop(HOST_ENV, None)
-                else:
-                    os.environ[HOST_ENV] = saved
         return self._client
 
     def instance(self) -> Any:
@@ -331,13 +324,23 @@ def local_emulator() -> Iterator[Emulator]:
     if existing:
         check_reachable(existing)
     emulator = Emulator(existing) if existing else start()
-    os.environ[HOST_ENV] = emulator.host
+    with host_env(emulator.host):
+        try:
+            emulator.ensure_instance()
+            yield emulator
+        finally:
+            emulator.stop()
+
+
+@contextmanager
+def host_env(host: str) -> Iterator[None]:
+    """``SPANNER_EMULATOR_HOST`` set to ``host`` inside the block, as it was after it."""
+    saved = os.environ.get(HOST_ENV)
+    os.environ[HOST_ENV] = host
     try:
-        emulator.ensure_instance()
-        yield emulator
+        yield
     finally:
-        emulator.stop()
-        if existing is None:
+        if saved is None:
             os.environ.pop(HOST_ENV, None)
         else:
-            os.environ[HOST_ENV] = existing
+            os.environ[HOST_ENV] = saved
