@@ -61,8 +61,18 @@ def expected_types(col: sa.Column[Any]) -> tuple[type, ...] | None:
     return None
 
 
-def check_value(col: sa.Column[Any], want: tuple[type, ...] | None, v: Any) -> str | None:
-    """Why ``v`` cannot go into ``col``, or None."""
+def max_length(col: sa.Column[Any]) -> int | None:
+    """The most characters (or bytes) ``col`` holds, or None for no limit."""
+    t = col.type.impl_instance if isinstance(col.type, sqltypes.TypeDecorator) else col.type
+    length = getattr(t, "length", None)
+    return length if isinstance(length, int) else None
+
+
+def check_value(
+    col: sa.Column[Any], want: tuple[type, ...] | None, v: Any, length: int | None = MISSING
+) -> str | None:
+    """Why ``v`` cannot go into ``col``, or None. ``length`` is ``max_length(col)``, which
+    a caller checking many rows computes once (looked up here when not given)."""
     if want is not None and (not isinstance(v, want) or (bool not in want and isinstance(v, bool))):
         return (
             f"column {col.key!r} takes {'/'.join(t.__name__ for t in want)}, "
@@ -72,9 +82,9 @@ def check_value(col: sa.Column[Any], want: tuple[type, ...] | None, v: Any) -> s
         return f"column {col.key!r}: {v} does not fit in an INT64 (-2**63 .. 2**63 - 1)"
     if isinstance(v, dt.datetime) and v.tzinfo is None:
         return f"column {col.key!r}: naive datetime {v!r}; give it a timezone (UTC)"
-    t = col.type.impl_instance if isinstance(col.type, sqltypes.TypeDecorator) else col.type
-    length = getattr(t, "length", None)
-    if isinstance(v, (str, bytes)) and isinstance(length, int) and len(v) > length:
+    if length is MISSING:
+        length = max_length(col)
+    if isinstance(v, (str, bytes)) and length is not None and len(v) > length:
         return f"column {col.key!r} holds at most {length} characters, got {len(v)}"
     return None
 
@@ -134,6 +144,13 @@ class RowChecker:
         written = {c.key for c in cols}
         self.shards = [sc for sc in shard_columns(table) if sc.key in written]
         self.expected = [expected_types(c) for c in cols]
+        self.lengths = [max_length(c) for c in cols]
+        # columns a missing value is filled for, and whether only the database can fill it
+        self.defaulted = [
+            (c, _database_fills(c))
+            for c in cols
+            if c.default is not None and "sharded_orm.shard" not in c.info
+        ]
         self.processors = processors
 
     def keyed(self, items: Iterable[tuple[str, Any]]) -> dict[str, Any]:
@@ -149,9 +166,9 @@ class RowChecker:
 
     def values(self, row: dict[str, Any]) -> list[Any]:
         """The row's values in ``cols`` order, filled, checked and converted."""
-        for c in self.cols:
-            if c.key not in row and c.default is not None and "sharded_orm.shard" not in c.info:
-                if _database_fills(c):
+        for c, database_fills in self.defaulted:
+            if c.key not in row:
+                if database_fills:
                     raise RowProblem(
                         f"column {c.key!r} has no value and its default is SQL or a sequence, "
                         "which only the database evaluates and a load cannot ask it for; give "
@@ -175,7 +192,9 @@ class RowChecker:
                 )
             row[sc.key] = shard
         values = []
-        for i, (c, want) in enumerate(zip(self.cols, self.expected, strict=True)):
+        for i, (c, want, length) in enumerate(
+            zip(self.cols, self.expected, self.lengths, strict=True)
+        ):
             v = row.get(c.key)
             if v is None:
                 if c.primary_key:
@@ -183,7 +202,7 @@ class RowChecker:
                 if not c.nullable:
                     raise RowProblem(f"column {c.key!r} is NOT NULL but has no value")
             else:
-                problem = check_value(c, want, v)
+                problem = check_value(c, want, v, length)
                 if problem:
                     raise RowProblem(problem)
                 proc = self.processors[i] if self.processors is not None else None
