@@ -90,9 +90,9 @@ def _refuse_missing_columns(table: Any, shards: RowShards, is_insert: bool, keys
             )
 
 
-def _refuse_cascade(elem: Update, table: Any, keys: Any) -> None:
-    targets = cascade_targets(getattr(table, "schema", None), table.name)
-    changed = [c for c in targets if c in keys or c in statement_values(elem)]
+def _refuse_cascade(elem: Update, table: Any, targets: Any, keys: Any) -> None:
+    values = statement_values(elem)
+    changed = [c for c in targets if c in keys or c in values]
     if changed:
         raise ShardConfigError(
             f"this UPDATE changes {table.name}.{changed[0]}, which the database copies by "
@@ -136,8 +136,9 @@ def _before_execute(
     table = statement_table(elem)
     shards = write_shards(table)
     if not shards:
-        if not is_insert and cascade_targets(getattr(table, "schema", None), table.name):
-            _refuse_cascade(elem, table, (multiparams[0] if multiparams else params) or {})
+        targets = None if is_insert else cascade_targets(getattr(table, "schema", None), table.name)
+        if targets:
+            _refuse_cascade(elem, table, targets, (multiparams[0] if multiparams else params) or {})
         return elem, multiparams, params
     on_spanner = is_spanner(conn.dialect)
     row_shards = RowShards(shards, on_spanner)
@@ -147,9 +148,11 @@ def _before_execute(
             elem, table = rebuilt
             shards = write_shards(table)
             row_shards = RowShards(shards, on_spanner)
+        else:
+            first = (multiparams[0] if multiparams else params) or {}
+            keys = {**statement_values(elem), **first}
+            _refuse_missing_columns(table, row_shards, is_insert, keys)
     stmt_values = statement_values(elem)
-    first = (multiparams[0] if multiparams else params) or {}
-    _refuse_missing_columns(table, row_shards, is_insert, {**stmt_values, **first})
     if is_insert:
         if elem._multi_values:
             return _rewrite_multi_values(elem, table, row_shards), multiparams, params
