@@ -159,10 +159,16 @@ class ShardedIndex(Index):
         )
 
     @staticmethod
-    def _column(table: Table, name: str) -> Column[Any]:
+    def _lookup(table: Table, name: str) -> Column[Any] | None:
+        """A column by key, else by SQL name."""
         col = table.c.get(name)
         if col is None:
             col = next((c for c in table.columns if c.name == name), None)
+        return col
+
+    @staticmethod
+    def _column(table: Table, name: str) -> Column[Any]:
+        col = ShardedIndex._lookup(table, name)
         if col is None:
             raise ShardConfigError(f"{name!r} is not a column of table {table.name!r}")
         return col
@@ -195,9 +201,7 @@ class ShardedIndex(Index):
     # ------------------------------------------------------------------ validation
 
     def _validate(self, table: Table) -> None:
-        shard_col = table.c.get(self.shard_name)
-        if shard_col is None:
-            shard_col = next((c for c in table.columns if c.name == self.shard_name), None)
+        shard_col = self._lookup(table, self.shard_name)
         if shard_col is not None and shard_col is not list(self.columns)[0]:
             raise ShardConfigError(f"ShardedIndex {self.name!r}: the shard column must lead")
         if shard_col is None or not is_shard_column(shard_col):
