@@ -44,6 +44,7 @@ from sqlalchemy.sql import operators
 from sqlalchemy.sql.elements import UnaryExpression, _textual_label_reference
 
 from sharded_orm.errors import ShardConfigError, ShardTypeError
+from sharded_orm.schema.coerce import base_type
 from sharded_orm.schema.columns import INFO_KEY, is_shard_column
 from sharded_orm.schema.keys import is_descending
 
@@ -69,13 +70,8 @@ class Finding:
         return f"{self.severity.upper():7} {self.rule} {self.table}: {self.target}: {self.message}"
 
 
-def _base_type(col: Column[Any]) -> Any:
-    t = col.type
-    return t.impl_instance if isinstance(t, sqltypes.TypeDecorator) else t
-
-
 def _is_time(col: Column[Any]) -> bool:
-    return isinstance(_base_type(col), (sqltypes.DateTime, sqltypes.Date))
+    return isinstance(base_type(col.type), (sqltypes.DateTime, sqltypes.Date))
 
 
 _TIME_ORDERED_UUID_FUNCS = {"uuid1": 1, "uuid6": 6, "uuid7": 7}
@@ -137,11 +133,11 @@ def monotonic_reason(col: Column[Any]) -> str | None:
     if is_shard_column(col):
         return None
     if _is_time(col):
-        return f"{type(_base_type(col)).__name__} values grow with time"
+        return f"{type(base_type(col.type)).__name__} values grow with time"
     version = uuid_default_version(col)
     if version in (1, 6, 7):
         return f"UUID version {version} starts with a timestamp"
-    if isinstance(_base_type(col), sqltypes.Integer):
+    if isinstance(base_type(col.type), sqltypes.Integer):
         return counter_reason(col)
     return None
 
@@ -239,7 +235,7 @@ def lint_table(table: Table, hashed: set[Table] | None = None) -> list[Finding]:
                     "descending timestamp keys.",
                 )
     for pos, col in enumerate(pk[1:], start=1):
-        reason = counter_reason(col) if isinstance(_base_type(col), sqltypes.Integer) else None
+        reason = counter_reason(col) if isinstance(base_type(col.type), sqltypes.Integer) else None
         if reason and col is not lead and not (lead is not None and is_shard_column(lead)):
             add(
                 "SO108",

@@ -23,6 +23,7 @@ from sqlalchemy import types as sqltypes
 
 from sharded_orm.errors import ShardValueError
 from sharded_orm.ids.mixins import bit_reverse
+from sharded_orm.schema.coerce import base_type
 from sharded_orm.schema.columns import is_shard_column
 from sharded_orm.schema.keys import is_descending
 from sharded_orm.tools.lint import index_parts
@@ -203,11 +204,6 @@ def role_of(col: Column[Any]) -> str:
     return "shard" if is_shard_column(col) else guess_role(col)
 
 
-def _base(col: Column[Any]) -> Any:
-    t = col.type
-    return t.impl_instance if isinstance(t, sqltypes.TypeDecorator) else t
-
-
 _FRACTION = re.compile(r"(\.\d{6})\d+")
 
 
@@ -218,7 +214,7 @@ def parse_timestamp(text: str) -> dt.datetime:
 
 
 def _decode_part(text: str, col: Column[Any], desc: bool, value: Any) -> KeyPart:
-    t = _base(col)
+    t = base_type(col.type)
     raw = value.text if isinstance(value, Bare) else value
     role = role_of(col)
     if isinstance(value, Bare) and raw.upper() == "NULL":

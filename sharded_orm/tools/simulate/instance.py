@@ -33,9 +33,10 @@ from sqlalchemy import Column, Index, Table
 from sqlalchemy import types as sqltypes
 
 from sharded_orm.errors import ShardConfigError, ShardTypeError
+from sharded_orm.schema.coerce import base_type
 from sharded_orm.schema.keys import is_descending
 from sharded_orm.tools.lint import index_parts
-from sharded_orm.tools.simulate.workload import UTC, base_type, check_number
+from sharded_orm.tools.simulate.workload import UTC, check_number
 
 GIB = 1 << 30
 INVERT = bytes(255 - i for i in range(256))
@@ -83,7 +84,7 @@ class Instance:
 
 def desc_transform(col: Column[Any]) -> Callable[[Any], Any]:
     """A function turning ascending values into ones that sort in reverse."""
-    t = base_type(col)
+    t = base_type(col.type)
     if isinstance(t, sqltypes.DateTime):
         return lambda v: -v.timestamp()
     if isinstance(t, sqltypes.Date):
@@ -184,7 +185,7 @@ def quantiles(keys: list[Any], n: int) -> list[Any]:
 
 def desc_inverse(col: Column[Any]) -> Callable[[Any], Any]:
     """The inverse of :func:`desc_transform`: a stored descending value back to the value."""
-    t = base_type(col)
+    t = base_type(col.type)
     if isinstance(t, sqltypes.DateTime):
         return lambda v: dt.datetime.fromtimestamp(-v, UTC)
     if isinstance(t, sqltypes.Date):

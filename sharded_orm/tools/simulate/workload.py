@@ -23,6 +23,7 @@ from sqlalchemy import Sequence as SASequence
 from sqlalchemy import types as sqltypes
 
 from sharded_orm.errors import ShardConfigError, ShardTypeError
+from sharded_orm.schema.coerce import base_type
 from sharded_orm.schema.columns import ShardColumn, shard_columns
 from sharded_orm.tools.lint import counter_reason, default_function, uuid_default_version
 
@@ -156,14 +157,9 @@ class Workload:
         return [1.0 / (k**self.zipf) for k in range(1, self.tenants + 1)]
 
 
-def base_type(col: Column[Any]) -> Any:
-    t = col.type
-    return t.impl_instance if isinstance(t, sqltypes.TypeDecorator) else t
-
-
 def guess_role(col: Column[Any]) -> str:
     """The role a column plays when the workload does not name one."""
-    t = base_type(col)
+    t = base_type(col.type)
     name = col.name.lower()
     if isinstance(t, (sqltypes.DateTime, sqltypes.Date)):
         return "time"
@@ -244,7 +240,7 @@ class RowMaker:
         self.tenant_values: dict[Column[Any], list[Any]] = {}
         self.converters: list[tuple[Column[Any], str, Any]] = []
         for col, role in self.roles:
-            t = base_type(col)
+            t = base_type(col.type)
             is_int = isinstance(t, sqltypes.Integer)
             if role == "tenant":
                 self.tenant_values[col] = [
