@@ -174,14 +174,6 @@ def leading_part(columns: list[Column[Any]]) -> Column[Any] | None:
     return next((c for c in columns if not _constant(c)), None)
 
 
-def _first_column(index: Index) -> Column[Any] | None:
-    try:
-        parts = index_parts(index)
-    except ShardConfigError:
-        return None
-    return leading_part([c for c, _ in parts])
-
-
 def _hashed_tables(tables: Iterable[Table]) -> set[Table]:
     out = set()
     for t in tables:
@@ -270,30 +262,26 @@ def lint_table(table: Table, hashed: set[Table] | None = None) -> list[Finding]:
             f"MetaData(info={{{SEQUENCE_KIND_KEY!r}: 'bit_reversed_positive'}}).",
         )
     for index in sorted(table.indexes, key=lambda i: str(i.name)):
-        first = _first_column(index)
         opts: Any = index.dialect_options.get("spanner", {})  # .get never loads a dialect
-        # an interleaved index starts with its parent's key: spread by the parent
-        if first is not None and not opts.get("interleave_in"):
-            reason = monotonic_reason(first)
-            if reason:
-                add(
-                    "SO102",
-                    "error",
-                    f"index {index.name}",
-                    f"index {index.name} starts with {first.name}, and {reason}: the index is a "
-                    f"hotspot of its own ({SEED}: indexes on monotonic columns). Lead it with a "
-                    "shard column: ShardedIndex(..., shard=...).",
-                )
         try:
             cols = [c for c, _ in index_parts(index)]
         except ShardConfigError:
-            cols = list(index.columns)
-        if (
-            first is not None
-            and not opts.get("interleave_in")
-            and not monotonic_reason(first)
-            and not any(is_shard_column(c) for c in cols)
-        ):
+            cols, first = list(index.columns), None
+        else:
+            # an interleaved index starts with its parent's key: spread by the parent
+            first = None if opts.get("interleave_in") else leading_part(cols)
+        # once per index: it may call the user's default function for a sample value
+        reason = monotonic_reason(first) if first is not None else None
+        if first is not None and reason:
+            add(
+                "SO102",
+                "error",
+                f"index {index.name}",
+                f"index {index.name} starts with {first.name}, and {reason}: the index is a "
+                f"hotspot of its own ({SEED}: indexes on monotonic columns). Lead it with a "
+                "shard column: ShardedIndex(..., shard=...).",
+            )
+        if first is not None and not reason and not any(is_shard_column(c) for c in cols):
             later = next((c for c in cols[1:] if monotonic_reason(c)), None)
             if later is not None:
                 add(
