@@ -168,7 +168,10 @@ def _classify(
     assert found is not None
     kind, cols, table = found
     out: list[HotspotFinding] = []
-    hot_keys = [r for r in group if _is_hot_key(r)]
+    hot_keys: list[DecodedRow] = []
+    rest: list[DecodedRow] = []
+    for r in group:
+        (hot_keys if _is_hot_key(r) else rest).append(r)
     if hot_keys:
         by_key: dict[str, list[DecodedRow]] = {}
         for r in hot_keys:
@@ -191,7 +194,6 @@ def _classify(
                     shard=_value(rs[0].start, "shard"),
                 )
             )
-    rest = [r for r in group if not _is_hot_key(r)]
     if rest:
         out.append(_classify_range(catalog, name, kind, cols, table, rest, window))
     return out
