@@ -275,7 +275,6 @@ class SplitModel:
         node_writes: list[list[int]],
         split_writes: list[dict[int, int]],
         seconds: float,
-        stride: int,
     ) -> None:
         """Count the tick's writes per node, cut warm or big splits, re-place the splits."""
         inst = self.inst

@@ -128,7 +128,7 @@ class Run:
             done += n
             seconds = inst.tick * n / tick_rows
             heat.append(hb)
-            self.model.end_tick(node_writes, split_writes, seconds, stride)
+            self.model.end_tick(node_writes, split_writes, seconds)
         table_writes = done
         return SimulationResult(
             name=self.name,
