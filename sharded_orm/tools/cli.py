@@ -17,7 +17,7 @@ import importlib
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from sharded_orm.errors import ShardingError
@@ -55,6 +55,28 @@ def create_engine(url: str) -> Any:
             f"{url!r} is not a usable database URL ({exc}); e.g. "
             "spanner+spanner:///projects/P/instances/I/databases/D"
         ) from None
+
+
+def _output_args(p: argparse.ArgumentParser, *, heatmap: bool = False) -> None:
+    """The output options: ``--heatmap PNG`` (simulate, doctor) and ``--format``."""
+    if heatmap:
+        p.add_argument("--heatmap", default=None, metavar="PNG", help="needs matplotlib")
+    p.add_argument("--format", choices=("text", "json"), default="text")
+
+
+def _emit(
+    args: argparse.Namespace,
+    as_dict: Callable[[], Any],
+    text: Callable[[], str],
+    **json_options: Any,
+) -> None:
+    """Print ``as_dict()`` as JSON (--format json), else ``text()`` and the heatmap's path."""
+    if args.format == "json":
+        print(json.dumps(as_dict(), indent=2, **json_options))
+    else:
+        print(text())
+        if args.heatmap:
+            print(f"heatmap: {args.heatmap}")
 
 
 def cmd_lint(args: argparse.Namespace) -> int:
@@ -110,12 +132,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     )
     instance = Instance(nodes=args.nodes, node_capacity=args.node_capacity, tick=args.tick)
     result = simulate(schemas, workload, instance, heatmap=args.heatmap)
-    if args.format == "json":
-        print(json.dumps(result.as_dict(), indent=2))
-    else:
-        print(result.summary())
-        if args.heatmap:
-            print(f"heatmap: {args.heatmap}")
+    _emit(args, result.as_dict, result.summary)
     return 0
 
 
@@ -184,12 +201,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         return 0
     if args.heatmap:
         diagnosis.heatmap(args.heatmap)
-    if args.format == "json":
-        print(json.dumps(diagnosis.as_dict(), indent=2, default=str))
-    else:
-        print(diagnosis.table())
-        if args.heatmap:
-            print(f"heatmap: {args.heatmap}")
+    _emit(args, diagnosis.as_dict, diagnosis.table, default=str)
     return 1 if diagnosis.hot_longer_than(_duration(args.threshold)) else 0
 
 
@@ -206,15 +218,14 @@ def add_doctor(sub: Any) -> None:
         default="10m",
         help="exit 1 when a split was hot (CPU score 100) longer than this (default 10m)",
     )
-    p.add_argument("--heatmap", default=None, metavar="PNG", help="needs matplotlib")
-    p.add_argument("--format", choices=("text", "json"), default="text")
+    _output_args(p, heatmap=True)
     p.set_defaults(func=cmd_doctor)
 
 
 def add_lint(sub: Any) -> None:
     p = sub.add_parser("lint", help="lint models for hotspots")
     p.add_argument("target", help="module:attr of a MetaData or declarative base, or a module")
-    p.add_argument("--format", choices=("text", "json"), default="text")
+    _output_args(p)
     p.set_defaults(func=cmd_lint)
 
 
@@ -248,8 +259,7 @@ def add_simulate(sub: Any) -> None:
     p.add_argument("--nodes", type=int, default=3)
     p.add_argument("--node-capacity", type=float, default=3500.0, help="writes/s per node")
     p.add_argument("--tick", type=float, default=10.0, help="seconds per time step")
-    p.add_argument("--heatmap", default=None, metavar="PNG", help="needs matplotlib")
-    p.add_argument("--format", choices=("text", "json"), default="text")
+    _output_args(p, heatmap=True)
     p.set_defaults(func=cmd_simulate)
 
 
@@ -257,7 +267,7 @@ def add_verify(sub: Any) -> None:
     p = sub.add_parser("verify", help="count rows whose stored shard disagrees (exit 1)")
     p.add_argument("url", help="SQLAlchemy URL of the database")
     p.add_argument("target", help="module:attr of a mapped class or Table")
-    p.add_argument("--format", choices=("text", "json"), default="text")
+    _output_args(p)
     p.set_defaults(func=cmd_verify)
 
 
