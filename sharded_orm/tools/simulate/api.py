@@ -13,8 +13,8 @@ from sharded_orm.errors import ShardConfigError, ShardTypeError
 from sharded_orm.schema.columns import table_of
 from sharded_orm.tools.simulate.instance import Instance, spaces_of
 from sharded_orm.tools.simulate.results import Comparison
-from sharded_orm.tools.simulate.run import Run
-from sharded_orm.tools.simulate.workload import EPOCH, ONE_US, RowMaker, Workload
+from sharded_orm.tools.simulate.run import Run, key_columns, rows_at
+from sharded_orm.tools.simulate.workload import RowMaker, Workload
 
 
 def _schema_items(schemas: Any) -> list[tuple[str, Table]]:
@@ -59,14 +59,8 @@ def sample_rows(model: Any, workload: Workload, n: int = 10) -> list[dict[str, A
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ShardConfigError(f"n must be a positive int, got {n!r}")
     table = table_of(model)
-    spaces = spaces_of(table)
-    needed = [c for sp in spaces for c in sp.columns]
-    maker = RowMaker(table, workload, needed)
-    rng = random.Random(workload.seed)
-    start_us = (workload.start - EPOCH) // ONE_US
-    hist_rows = int(workload.rows_per_second * workload.history_seconds)
-    step = 1e6 / workload.rows_per_second
-    rows = [maker.make(rng, start_us + int(i * step), hist_rows + 1 + i) for i in range(n)]
+    maker = RowMaker(table, workload, key_columns(spaces_of(table)))
+    rows = rows_at(maker, workload, random.Random(workload.seed), range(n))
     return [{c.name: v for c, v in row.items()} for row in rows]
 
 

@@ -5,14 +5,37 @@ from __future__ import annotations
 import random
 import time
 from bisect import bisect_right
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from sqlalchemy import Column, Table
 
-from sharded_orm.tools.simulate.instance import Instance, SplitModel, quantiles, spaces_of
+from sharded_orm.tools.simulate.instance import Instance, KeySpace, SplitModel, quantiles, spaces_of
 from sharded_orm.tools.simulate.results import SimulationResult
 from sharded_orm.tools.simulate.workload import EPOCH, ONE_US, RowMaker, Workload
+
+
+def key_columns(spaces: list[KeySpace]) -> list[Column[Any]]:
+    """The columns of every key space, once each: what a RowMaker must fill."""
+    needed: list[Column[Any]] = []
+    for sp in spaces:
+        for c in sp.columns:
+            if c not in needed:
+                needed.append(c)
+    return needed
+
+
+def rows_at(
+    maker: RowMaker, w: Workload, rng: random.Random, numbers: Iterable[int]
+) -> Iterator[dict[Any, Any]]:
+    """The ``i``-th new row of ``w`` for each ``i`` of ``numbers``: written at its time, with
+    the counter value after the history's rows."""
+    start_us = (w.start - EPOCH) // ONE_US
+    rate = float(w.rows_per_second)
+    us_per_row = 1e6 / rate
+    first = int(rate * w.history_seconds) + 1
+    for i in numbers:
+        yield maker.make(rng, start_us + int(i * us_per_row), first + i)
 
 
 class Run:
@@ -24,12 +47,7 @@ class Run:
         self.w = workload
         self.inst = instance
         self.spaces = spaces_of(table)
-        needed: list[Column[Any]] = []
-        for sp in self.spaces:
-            for c in sp.columns:
-                if c not in needed:
-                    needed.append(c)
-        self.maker = RowMaker(table, workload, needed)
+        self.maker = RowMaker(table, workload, key_columns(self.spaces))
         self.model = SplitModel(self.spaces, instance)
 
     def run(self) -> SimulationResult:
@@ -84,28 +102,21 @@ class Run:
         node_writes: list[list[int]] = []
         split_writes: list[dict[int, int]] = []
         heat: list[list[int]] = []
-        make = self.maker.make
         spaces = self.spaces
         plan = [
             (sp.key, sp.bounds, sp.counts, sp.bucket_bounds, sp.bucket_offset, sp.sample)
             for sp in spaces
         ]
-        us_per_row = 1e6 / rate
 
         def row_source() -> Iterable[dict[Any, Any]]:
             if w.insert_order == "time":
-                for i in range(rows_total):
-                    yield make(rng, start_us + int(i * us_per_row), hist_rows + 1 + i)
+                yield from rows_at(self.maker, w, rng, range(rows_total))
             elif w.insert_order == "random":
                 order = list(range(rows_total))
                 rng.shuffle(order)
-                for i in order:
-                    yield make(rng, start_us + int(i * us_per_row), hist_rows + 1 + i)
+                yield from rows_at(self.maker, w, rng, order)
             else:
-                rows = [
-                    make(rng, start_us + int(i * us_per_row), hist_rows + 1 + i)
-                    for i in range(rows_total)
-                ]
+                rows = list(rows_at(self.maker, w, rng, range(rows_total)))
                 rows.sort(key=spaces[0].key)
                 yield from rows
 
