@@ -330,3 +330,40 @@ def test_defaults_only_the_database_evaluates_are_named_as_such() -> None:
         bulk_load(eng, seq_keyed, [{"v": "a"}])
     with eng.connect() as conn:
         assert conn.execute(sa.select(sa.func.count()).select_from(made)).scalar() == 0
+
+
+def test_a_column_given_twice_with_different_values_is_refused() -> None:
+    """By attribute and by column name: two values, one column (issue 24, item 10)."""
+    eng = sa.create_engine("sqlite://")
+    Sharded.metadata.create_all(eng)
+    rows = entries(3)
+    rows[1] = {**rows[1], "CompanyId": "other"}
+    with pytest.raises(
+        BulkValidationError,
+        match=r"row 1: 'company_id' and 'CompanyId' both name column 'CompanyId', with "
+        r"different values \('c1' and 'other'\)",
+    ) as info:
+        bulk_load(eng, LogEntry, rows)
+    assert info.value.position == 1 and stored(eng) == []
+
+
+def test_a_column_given_twice_with_one_value_is_loaded() -> None:
+    eng = sa.create_engine("sqlite://")
+    Sharded.metadata.create_all(eng)
+    rows = [{**r, "CompanyId": r["company_id"], "UserId": r["user_id"]} for r in entries(3)]
+    assert bulk_load(eng, LogEntry, rows).rows_written == 3
+    assert len(stored(eng)) == 3
+
+
+@pytest.mark.parametrize("column", ["entry", "user_id"])
+def test_a_lone_surrogate_is_refused_with_its_row(column: str) -> None:
+    """Not a bare UnicodeEncodeError: the row, the column and the character."""
+    eng = sa.create_engine("sqlite://")
+    Sharded.metadata.create_all(eng)
+    rows = entries(4)
+    rows[2] = {**rows[2], column: "ok \udc80 then"}
+    with pytest.raises(
+        BulkValidationError, match=r"row 2: column '\w+': '\\udc80' at index 3 is a lone surrogate"
+    ) as info:
+        bulk_load(eng, LogEntry, rows)
+    assert info.value.position == 2 and stored(eng) == []

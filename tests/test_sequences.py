@@ -125,6 +125,20 @@ def test_bad_table_sequence_arguments() -> None:
         TableSequence(eng, "s", deadline=None)  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("deadline", [float("inf"), float("nan"), -1.0, 10**9])
+def test_an_unbounded_deadline_is_refused_at_construction(deadline: float) -> None:
+    """Not accepted, then an OverflowError from every next_id() (issue 24, item 10)."""
+    with pytest.raises(ShardConfigError, match=r"deadline must be more than 0 and at most"):
+        TableSequence(sa.create_engine("sqlite://"), "s", deadline=deadline)
+
+
+def test_one_attempt_gets_a_share_of_the_deadline() -> None:
+    """A hung attempt leaves time for a retry (issue 24, item 9)."""
+    seq = TableSequence(sa.create_engine("sqlite://"), "s", deadline=30)
+    assert seq.policy.call_timeout == 10.0 and seq.policy.deadline == 30
+    assert TableSequence(sa.create_engine("sqlite://"), "s", deadline=600).policy.call_timeout == 60
+
+
 def test_a_huge_block_is_refused_before_anything_is_reserved() -> None:
     eng = sa.create_engine("sqlite://")
     TableSequence(eng, "s").create_table()

@@ -19,6 +19,7 @@ reserves a new block: values of a lost block are a gap, never a duplicate.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections import deque
 from typing import Any
@@ -34,7 +35,14 @@ from sharded_orm.errors import (
 )
 from sharded_orm.hashing import INT64_MAX
 from sharded_orm.ids.mixins import bit_reverse
-from sharded_orm.retry import Outcome, RetryDeadlineError, RetryPolicy, TransientError, retry_call
+from sharded_orm.retry import (
+    Deadline,
+    Outcome,
+    RetryDeadlineError,
+    RetryPolicy,
+    TransientError,
+    retry_call,
+)
 from sharded_orm.spanner import is_spanner
 
 #: The largest block one reservation may take: the pool holds it in memory (about 36
@@ -65,6 +73,33 @@ def _check_block(block_size: object) -> int:
     return block_size
 
 
+#: One attempt of a reservation may take at most this share of ``deadline`` (and at most
+#: MAX_ATTEMPT_TIMEOUT seconds): a call that hangs leaves time for a second attempt.
+ATTEMPT_SHARE = 1 / 3
+MAX_ATTEMPT_TIMEOUT = 60.0
+#: next_id() waits at most this long: a day is far beyond any sane reservation.
+MAX_DEADLINE = 86_400.0
+
+
+def attempt_timeout(deadline: float) -> float:
+    """The most one reservation attempt may take within ``deadline`` seconds."""
+    return min(MAX_ATTEMPT_TIMEOUT, max(0.001, deadline * ATTEMPT_SHARE))
+
+
+def _check_deadline(deadline: object) -> float:
+    if isinstance(deadline, bool) or not isinstance(deadline, (int, float)):
+        raise (ShardConfigError if deadline is None else ShardTypeError)(
+            f"deadline must be a number of seconds (next_id() is bounded), got {deadline!r}"
+        )
+    if not 0 < deadline <= MAX_DEADLINE:  # also refuses NaN and infinity
+        raise ShardConfigError(
+            f"deadline must be more than 0 and at most {MAX_DEADLINE:,.0f} s (one day), got "
+            f"{deadline!r}: next_id() always ends, with a value or an error; a value "
+            "that large would only hide a dead database"
+        )
+    return float(deadline)
+
+
 class _Pooled:
     """The local pool: handed out under a lock, refilled by one reservation at a time."""
 
@@ -75,10 +110,10 @@ class _Pooled:
             raise ShardTypeError(f"engine must be a SQLAlchemy Engine, got {engine!r:.80}")
         self.engine = engine
         self.block_size = _check_block(block_size)
-        if deadline is None:
-            raise ShardConfigError("deadline must be a number of seconds (next_id() is bounded)")
-        self.policy = RetryPolicy.for_retries(max_retries, deadline)
-        self.deadline: float = float(deadline)
+        self.deadline: float = _check_deadline(deadline)
+        policy = RetryPolicy.for_retries(max_retries, self.deadline)
+        # one attempt gets a share of the deadline, so a hung call leaves time to retry
+        self.policy = dataclasses.replace(policy, call_timeout=attempt_timeout(self.deadline))
         self._pool: deque[int] = deque()
         self._lock = threading.Lock()
         self._raw: Any = None
@@ -106,12 +141,13 @@ class _Pooled:
 
         Ends within ``deadline`` seconds (waiting for another thread's reservation
         included) with a value or an error."""
+        clock = Deadline(self.deadline)  # the lock wait and the reservation share it
         if not self._lock.acquire(timeout=self.deadline):
             raise RetryDeadlineError(
                 f"{self!r}: no value within {self.deadline} s: another thread has held the "
                 "pool's lock, reserving a block, that long (is the database reachable?)",
                 attempts=0,
-                elapsed=self.deadline,
+                elapsed=clock.elapsed(),
                 outcome=Outcome.UNKNOWN,
                 last_error=TimeoutError("lock"),
             )
@@ -123,6 +159,7 @@ class _Pooled:
                     what=f"reserving a block of {self.block_size} values for {self!r}",
                     idempotent=True,  # a block reserved twice is a gap, never a duplicate
                     resume="No value of a failed block is handed out; call next_id() again.",
+                    deadline=clock,
                     on_retry=self._count_retry,
                 )
                 self._pool.extend(block)

@@ -86,6 +86,15 @@ def check_value(
         length = max_length(col)
     if isinstance(v, (str, bytes)) and length is not None and len(v) > length:
         return f"column {col.key!r} holds at most {length} characters, got {len(v)}"
+    if isinstance(v, str) and not v.isascii():
+        try:
+            v.encode()
+        except UnicodeEncodeError as exc:
+            return (
+                f"column {col.key!r}: {v[exc.start]!r} at index {exc.start} is a lone "
+                "surrogate, which has no UTF-8 form (Spanner stores UTF-8 text); decode "
+                "the input properly or drop that character"
+            )
     return None
 
 
@@ -129,6 +138,16 @@ class RowProblem(ShardingError, ValueError):
     position, a pipeline in its dead letter)."""
 
 
+def _same(a: Any, b: Any) -> bool:
+    """Two values given for one column are one value (a NaN given twice included)."""
+    if a is b:
+        return True
+    try:
+        return bool(type(a) is type(b) and a == b)
+    except Exception:  # a value whose == does not give a bool: not provably the same
+        return False
+
+
 class RowChecker:
     """One row filled as the ORM would fill it (Python defaults, library ids, every shard
     computed and a given one checked), each value checked against its column, then
@@ -156,12 +175,19 @@ class RowChecker:
     def keyed(self, items: Iterable[tuple[str, Any]]) -> dict[str, Any]:
         """The row by column key (ORM attribute names are accepted too)."""
         row: dict[str, Any] = {}
+        named: dict[str, str] = {}  # column key -> the name the row gave it by
         for k, v in items:
             col = self.attr_map.get(k)
             key = col.key if col is not None else k
             if key not in self.table.c:
                 raise RowProblem(f"{k!r} is not a column of {self.table.name!r}")
+            if key in row and not _same(row[key], v):
+                raise RowProblem(
+                    f"{named[key]!r} and {k!r} both name column {key!r}, with different "
+                    f"values ({row[key]!r:.60} and {v!r:.60}); give each column once"
+                )
             row[key] = v
+            named.setdefault(key, k)
         return row
 
     def values(self, row: dict[str, Any]) -> list[Any]:

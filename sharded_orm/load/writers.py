@@ -23,6 +23,11 @@ from sharded_orm.errors import ShardingError
 from sharded_orm.load.prepare import Prepared
 from sharded_orm.retry import Deadline, Outcome, RetryError, RetryPolicy, classify, retry_call
 
+#: The most closing a load's sessions may take, and what it gets when the deadline has
+#: passed already (one quick try: a live server answers in milliseconds).
+CLOSE_TIMEOUT = 5.0
+CLOSE_GRACE = 0.3
+
 
 @dataclass
 class BulkLoadReport:
@@ -176,7 +181,9 @@ def load_spanner(mutations: Any, database: Any, job: Job) -> None:
         with ThreadPoolExecutor(max_workers=len(job.by_worker)) as pool:
             list(pool.map(worker, list(job.by_worker)))
     finally:
-        raw.close()
+        # deleting the sessions must not outlast the load's deadline (a silent server
+        # answers no DeleteSession: the sessions then expire on their own)
+        raw.close(timeout=min(CLOSE_TIMEOUT, max(CLOSE_GRACE, job.deadline.remaining())))
     if errors:
         raise stopped(job.report, errors[0]) from errors[0]
 

@@ -14,6 +14,15 @@ it, use it as a subquery, in a CTE, a count or a union. Two things are part of i
 * on Spanner, the ``@{FORCE_INDEX=...}`` table hint for the index (rendered for the Spanner
   dialect only).
 
+The index (or key) may be on a table the entity inherits from (joined inheritance:
+``sharded_select(Child, index="ParentByTs")`` hints the parent's table in the join). A
+NULL_FILTERED index holds no row with NULL in an indexed column, so it answers only a
+statement that excludes NULL on each of its nullable columns: that is checked when the
+statement compiles (:func:`sharded_orm.read.criteria.nulls_excluded`), a statement that
+does not is refused with ``ShardConfigError``, and one that does carries the emulator's
+``disable_query_null_filtered_index_check`` hint (the emulator cannot prove it; Spanner
+ignores the hint). ``flag == True`` pins a point lookup as a bound ``True`` does.
+
 Values the WHERE clause names with ``bindparam("x")`` are known only at execution: at the
 top level, a hook recomputes ``k`` from the execution parameters; inside a subquery such a
 statement reads every shard. ``expand(stmt, params=...)`` shows what runs with given values.
@@ -21,11 +30,12 @@ statement reads every shard. ``expand(stmt, params=...)`` shows what runs with g
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from sqlalchemy import (
     Boolean,
+    Column,
     Index,
     Select,
     Table,
@@ -43,11 +53,14 @@ from typing_extensions import Self
 
 from sharded_orm.checks import check_identifier
 from sharded_orm.errors import ShardConfigError, ShardingError, ShardTypeError, ShardValueError
+from sharded_orm.read.criteria import boolean_equalities, nulls_excluded
 from sharded_orm.schema.coerce import has_case_insensitive_collation, stored_value
 from sharded_orm.schema.columns import ShardColumn, get_shard_column, is_shard_column, table_of
 
 #: dialect names the FORCE_INDEX hint is given for (the stock one and ours render both)
 _HINT_DIALECT = "spanner+spanner"
+#: the emulator's table hint for a NULL_FILTERED index it cannot prove usable
+EMULATOR_NULL_FILTER_HINT = "spanner_emulator.disable_query_null_filtered_index_check=true"
 
 
 @dataclass(frozen=True)
@@ -59,6 +72,12 @@ class ShardPlan:
     index_name: str | None  # None: the primary key
     ordering: tuple[tuple[Any, bool], ...]  # (column, descending) after the shard, in order
     key: tuple[Any, ...]  # primary-key columns, the tie-break that makes the order total
+    #: a NULL_FILTERED index: its nullable columns (after the shard), on each of which the
+    #: statement must exclude NULL, or the index cannot give the unsharded answer
+    not_null: tuple[Any, ...] = ()
+    #: (column, shard source) pairs one attribute maps to under joined inheritance
+    #: (``Child.id`` is ``PlanChildren.Id`` = ``PlanParents.Id``): equal in every row read
+    same_as: tuple[tuple[Any, Any], ...] = ()
 
     @property
     def sort_columns(self) -> list[tuple[Any, bool]]:
@@ -88,12 +107,16 @@ def _plan_for_index(table: Table, index: Index) -> ShardPlan:
             f"index {index.name!r} of {table.name!r} is not led by a shard column; "
             "use a ShardedIndex (or an index whose first column is a shard_column)"
         )
+    not_null: tuple[Any, ...] = ()
+    if index.dialect_kwargs.get("spanner_null_filtered"):
+        not_null = tuple(c for c, _ in parts[1:] if getattr(c, "nullable", False))
     return ShardPlan(
         table,
         get_shard_column(table, first.key),
         str(index.name),
         tuple(parts[1:]),
         tuple(table.primary_key.columns),
+        not_null,
     )
 
 
@@ -110,19 +133,58 @@ def _plan_for_key(table: Table) -> ShardPlan:
     return ShardPlan(table, get_shard_column(table, pk[0].key), None, ordering, tuple(pk))
 
 
+def _tables_of(entity: Any) -> list[Table]:
+    """The entity's own table, then those it inherits from (joined inheritance), up to
+    the root: an index or a key of a parent's table serves the subclass too."""
+    if isinstance(entity, Table):
+        return [entity]
+    tables = [table_of(entity)]
+    for mapper in inspect(entity).iterate_to_root():
+        local = mapper.local_table
+        if isinstance(local, Table) and local not in tables:
+            tables.append(local)
+    return tables
+
+
 def plan_for(entity: Any, index: str | None = None) -> ShardPlan:
-    """The fan-out plan of ``entity`` through ``index`` (or its primary key)."""
-    table = table_of(entity)
+    """The fan-out plan of ``entity`` through ``index`` (or its primary key), found on its
+    own table or on a table it inherits from."""
+    tables = _tables_of(entity)
     if index is None:
-        return _plan_for_key(table)
+        led = [t for t in tables if _led_by_shard(t)]
+        plan = _plan_for_key(led[0] if led else tables[0])
+        return replace(plan, same_as=_inherited_equals(entity, plan)) if len(tables) > 1 else plan
     check_identifier(index)
-    for ix in table.indexes:
-        if ix.name == index:
-            return _plan_for_index(table, ix)
+    for table in tables:
+        for ix in table.indexes:
+            if ix.name == index:
+                plan = _plan_for_index(table, ix)
+                return (
+                    replace(plan, same_as=_inherited_equals(entity, plan))
+                    if table is not tables[0]
+                    else plan
+                )
+    names = sorted({str(i.name) for t in tables for i in t.indexes})
+    where = " or ".join(repr(t.name) for t in tables)
     raise ShardConfigError(
-        f"{table.name!r} has no index named {index!r} "
-        f"(indexes: {', '.join(sorted(str(i.name) for i in table.indexes)) or 'none'})"
+        f"{where} has no index named {index!r} (indexes: {', '.join(names) or 'none'})"
     )
+
+
+def _inherited_equals(entity: Any, plan: ShardPlan) -> tuple[tuple[Any, Any], ...]:
+    """Columns of a subclass's table that one attribute joins to a shard source."""
+    sources = set(plan.shard.sources)
+    pairs = []
+    for prop in inspect(entity).column_attrs:
+        cols = [c for c in prop.columns if isinstance(c, Column)]
+        for src in (c for c in cols if c in sources):
+            pairs += [(c, src) for c in cols if c is not src]
+    return tuple(pairs)
+
+
+def _led_by_shard(table: Table) -> bool:
+    pk = list(table.primary_key.columns)
+    return bool(pk) and is_shard_column(pk[0])
 
 
 # ----------------------------------------------------------------------------- predicate
@@ -144,22 +206,54 @@ class ShardPredicate(ColumnElement[bool]):
         ("count", InternalTraversal.dp_plain_obj),
         ("point", InternalTraversal.dp_plain_obj),
         ("fixed", InternalTraversal.dp_plain_obj),
+        ("not_null", InternalTraversal.dp_clauseelement_tuple),
+        ("index", InternalTraversal.dp_plain_obj),
     ]
     type = Boolean()
 
-    def __init__(self, column: Any, count: int, point: int | None, fixed: bool = False) -> None:
+    def __init__(
+        self,
+        column: Any,
+        count: int,
+        point: int | None,
+        fixed: bool = False,
+        not_null: tuple[Any, ...] = (),
+        index: str | None = None,
+    ) -> None:
         self.column = column
         self.count = count
         self.point = point
         self.fixed = fixed
+        self.not_null = not_null  # a NULL_FILTERED index's nullable columns
+        self.index = index
 
 
 @compiles(ShardPredicate)
 def _compile_predicate(element: ShardPredicate, compiler: Any, **kw: Any) -> str:
+    if element.not_null and compiler.stack:
+        _check_nulls_excluded(element, compiler.stack[-1].get("selectable"))
     col = element.column
     point = element.point
     expr = col.between(0, element.count - 1) if point is None else col == point
     return str(compiler.process(expr, **kw))
+
+
+def _check_nulls_excluded(pred: ShardPredicate, select_: Any) -> None:
+    where = getattr(select_, "_where_criteria", ())
+    excluded: set[Any] = set()
+    for c in where:
+        if not isinstance(c, ShardPredicate):
+            excluded |= nulls_excluded(c)
+    missing = [c for c in pred.not_null if c._deannotate() not in excluded]
+    if missing:
+        names = ", ".join(repr(c.name) for c in missing)
+        raise ShardConfigError(
+            f"index {pred.index!r} is NULL_FILTERED: it holds no row whose {names} is NULL, "
+            "so it cannot answer a statement that does not exclude those rows (the answer "
+            "would silently miss them). Exclude NULL in the WHERE clause (e.g. "
+            f".where({missing[0].name}.is_not(None)), or any comparison on it), or read "
+            "through another index or the primary key."
+        )
 
 
 def _split_criteria(criteria: tuple[Any, ...]) -> tuple[list[Any], ShardPredicate | None]:
@@ -184,6 +278,10 @@ def point_of(plan: ShardPlan, criteria: Any, params: dict[str, Any] | None = Non
     else:
         where = criteria
     eqs = {c._deannotate(): v for c, v in where_equalities(where).items()}
+    eqs.update((c, v) for c, v in boolean_equalities(where).items() if c not in eqs)
+    for col, src in plan.same_as:
+        if col in eqs and src not in eqs:
+            eqs[src] = eqs[col]
     values = []
     for src in plan.shard.sources:
         bind = eqs.get(src)
@@ -210,7 +308,9 @@ class ShardedSelect(Select[Any]):
     def _with_predicate(self, point: int | None, fixed: bool) -> Self:
         rest, _ = _split_criteria(self._where_criteria)
         plan = self._sharded_plan
-        pred = ShardPredicate(plan.shard.column, plan.shard.count, point, fixed)
+        pred = ShardPredicate(
+            plan.shard.column, plan.shard.count, point, fixed, plan.not_null, plan.index_name
+        )
         self._where_criteria = (pred, *rest)
         return self
 
@@ -256,7 +356,13 @@ def sharded_select(entity: Any, *, index: str | None = None) -> ShardedSelect:
     plan = plan_for(entity, index)
     base: Select[Any] = select(entity)
     if plan.index_name is not None:
-        hint = f"@{{FORCE_INDEX={check_identifier(plan.index_name)}}}"
+        hint = f"FORCE_INDEX={check_identifier(plan.index_name)}"
+        if plan.not_null:
+            # the statement is checked to exclude NULL where the index does (at compile);
+            # the emulator cannot prove that itself and asks for this hint, which Spanner
+            # ignores
+            hint += f", {EMULATOR_NULL_FILTER_HINT}"
+        hint = f"@{{{hint}}}"
         base = base.with_hint(plan.table, hint, _HINT_DIALECT)
     stmt = ShardedSelect.__new__(ShardedSelect)
     stmt.__dict__.update(base.__dict__)

@@ -180,13 +180,18 @@ class RawSpanner:
                 raise
             return result
 
-    def close(self) -> None:
-        """Delete our sessions (best effort: a dead server keeps them, they expire)."""
+    def close(self, timeout: float = 2.0) -> None:
+        """Delete our sessions within ``timeout`` seconds in all (best effort: a silent
+        server keeps them until they expire; the caller's deadline comes first)."""
         with self._lock:
             names, self._sessions = self._sessions, set()
+        deadline = time.monotonic() + timeout
         for name in names:
+            left = min(2.0, _left(deadline))
+            if left <= 0.001:
+                return
             with suppress(Exception):
-                self.api.delete_session(name=name, metadata=self.metadata, timeout=2.0, retry=None)
+                self.api.delete_session(name=name, metadata=self.metadata, timeout=left, retry=None)
 
 
 class RawTransaction:
