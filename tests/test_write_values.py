@@ -24,6 +24,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 from sqlalchemy.orm.exc import StaleDataError
 
 from sharded_orm import (
+    BitReversedPrimaryKeyMixin,
     ShardConfigError,
     ShardedIndex,
     UTCDateTime,
@@ -337,3 +338,41 @@ def test_an_update_matching_no_row_returns_rowcount_zero(engine: sa.Engine) -> N
         s.commit()
     with engine.connect() as conn:
         assert conn.execute(sa.select(sa.func.count()).select_from(table)).scalar() == 1
+
+
+# --------------------------------------------------------------------------- item 7
+
+
+class Account(BitReversedPrimaryKeyMixin, Base):
+    """The README's model: nothing but the bit-reversed identity key."""
+
+    __tablename__ = "wv_accounts"
+
+
+def test_a_model_with_only_its_identity_key_inserts(engine: sa.Engine) -> None:
+    Base.metadata.create_all(engine, tables=[Account.__table__])
+    with Session(engine) as s:
+        accounts = [Account(), Account()]
+        s.add_all(accounts)
+        s.commit()
+        ids = {a.id for a in accounts}
+        s.execute(sa.insert(Account))
+        s.commit()
+    with engine.begin() as conn:
+        conn.execute(Account.__table__.insert())
+        stored = set(conn.execute(sa.select(Account.id)).scalars())
+    assert len(stored) == 4 and ids <= stored and all(i > 0 for i in stored)
+
+
+def test_the_stock_spanner_dialect_still_renders_an_empty_insert() -> None:
+    """Trips when sqlalchemy-spanner fixes it upstream: our override can then go."""
+    from google.cloud.sqlalchemy_spanner import SpannerDialect as Stock
+
+    from sharded_orm.spanner.dialect import SpannerDialect
+
+    table = Account.__table__
+    assert str(table.insert().compile(dialect=Stock(), column_keys=[])).startswith(
+        "INSERT INTO wv_accounts () VALUES ()"
+    )
+    ours = str(table.insert().compile(dialect=SpannerDialect(), column_keys=[]))
+    assert ours.startswith("INSERT INTO wv_accounts (id) VALUES (DEFAULT)")
