@@ -21,7 +21,7 @@ import datetime as _dt
 import uuid
 import zlib
 from collections.abc import Callable, Sequence
-from decimal import Decimal
+from decimal import Context, Decimal
 from typing import Any, Final
 
 from sharded_orm.errors import ShardConfigError, ShardTypeError, ShardValueError
@@ -88,8 +88,10 @@ def _text_decimal(value: Decimal) -> str:
     if value.is_zero():
         return "0"
     # Fixed notation, no exponent, no trailing zeros: what CAST(NUMERIC AS STRING) prints.
-    text = format(value.normalize(), "f")
-    return text
+    # normalize() in a context holding every digit: the default 28 digits would round a
+    # NUMERIC(38, 9) value
+    wide = Context(prec=max(len(value.as_tuple().digits), 1))
+    return format(value.normalize(wide), "f")
 
 
 def _text_date(value: _dt.date) -> str:

@@ -21,14 +21,16 @@ import datetime as _dt
 import enum
 import uuid
 from collections.abc import Callable
-from decimal import Decimal, InvalidOperation
+from decimal import Context, Decimal, InvalidOperation
 from typing import Any
 
 from sqlalchemy import types as sqltypes
+from sqlalchemy.engine.default import DefaultDialect
 from sqlalchemy.sql.schema import Column
 
 from sharded_orm.errors import ShardConfigError, ShardTypeError, ShardValueError
 from sharded_orm.hashing import INT64_MAX, INT64_MIN
+from sharded_orm.schema.types import UTCDateTime
 
 Coercer = Callable[[Any], Any]
 
@@ -172,9 +174,13 @@ def _numeric_coercer(column: Any) -> Coercer:
             raise _type_error(column, v, "a Numeric column's source must be a Decimal")
         if not v.is_finite():
             raise _value_error(column, v, "NUMERIC holds no NaN or infinity")
-        if scale is not None:
+        if scale is not None and v.as_tuple().exponent < -scale:
+            # finer than the scale, unless only by trailing zeros; quantized in a context
+            # wide enough for every digit (the default 28 digits would overflow a
+            # NUMERIC(38, 9) value such as 10**19)
+            wide = Context(prec=len(v.as_tuple().digits) + scale + 2)
             try:
-                exact = v == v.quantize(Decimal(1).scaleb(-scale))
+                exact = v == v.quantize(Decimal(1).scaleb(-scale), context=wide)
             except InvalidOperation:
                 exact = False
             if not exact:
@@ -257,6 +263,60 @@ def _refused_type(column: Any) -> ShardConfigError:
     )
 
 
+#: The dialect a TypeDecorator's ``process_bind_param`` is asked about when its conversion
+#: is hashed: the shard is computed once per row, before any connection is known, so a
+#: decorator whose conversion depends on the dialect cannot be a source (see hashing.md).
+_HASH_DIALECT = DefaultDialect()
+
+
+def _overrides(type_: Any, method: str, *bases: type) -> bool:
+    own = getattr(type(type_), method, None)
+    return all(own is not getattr(b, method, None) for b in bases)
+
+
+def _bind_steps(column: Any) -> list[Callable[[Any], Any]]:
+    """The Python conversions the column's TypeDecorators apply to a value before the
+    driver sees it, outermost first; raises ShardConfigError for a decorator whose stored
+    value the client cannot know (SQL-side ``bind_expression``, ``Interval``,
+    ``PickleType``)."""
+    steps: list[Callable[[Any], Any]] = []
+    type_ = column.type
+    seen = 0
+    while isinstance(type_, sqltypes.TypeDecorator) and seen < 8:
+        if isinstance(type_, (sqltypes.Interval, sqltypes.PickleType)):
+            raise _refused_type(column)
+        if _overrides(type_, "bind_expression", sqltypes.TypeDecorator, sqltypes.TypeEngine):
+            raise ShardConfigError(
+                f"column {_describe(column)} of type {column.type!r} cannot be a shard source: "
+                "its bind_expression() converts the value in SQL, so the client cannot hash "
+                "what is stored. Convert in process_bind_param() instead."
+            )
+        if isinstance(type_, UTCDateTime) and not _overrides(
+            type_, "process_bind_param", UTCDateTime
+        ):
+            pass  # keeps the instant: the DateTime rule hashes it, on the inline fast path
+        elif _overrides(type_, "process_bind_param", sqltypes.TypeDecorator):
+            steps.append(_bound(type_))
+        type_ = type_.impl_instance
+        seen += 1
+    return steps
+
+
+def _bound(type_: Any) -> Callable[[Any], Any]:
+    convert = type_.process_bind_param
+
+    def step(v: Any) -> Any:
+        return convert(v, _HASH_DIALECT)
+
+    return step
+
+
+def converts_on_bind(column: Any) -> bool:
+    """Whether a TypeDecorator of the column changes a value in Python before it is stored
+    (so the given value is sent and the converted one hashed)."""
+    return bool(_bind_steps(column)) if hasattr(column, "type") else False
+
+
 def base_type(type_: Any) -> Any:
     """The type whose storage rule applies: a TypeDecorator's impl, a variant's base."""
     seen = 0
@@ -268,7 +328,26 @@ def base_type(type_: Any) -> Any:
 
 def coercer_for(column: Column[Any]) -> Coercer:
     """The stored-value function of one column, built once; raises ShardConfigError for a
-    column type that cannot be a source (Float, JSON, ARRAY...)."""
+    column type that cannot be a source (Float, JSON, ARRAY...).
+
+    A TypeDecorator's own Python conversion (``process_bind_param``) is applied first, as
+    the column does before storing: a ``LowerCase`` string hashes its lower-cased text."""
+    steps = _bind_steps(column)
+    base = _base_coercer(column)
+    if not steps:
+        return base
+
+    def decorated(v: Any) -> Any:
+        if v is None:
+            raise _none(column)
+        for step in steps:
+            v = step(v)
+        return base(v)
+
+    return decorated
+
+
+def _base_coercer(column: Column[Any]) -> Coercer:
     type_ = base_type(column.type)
     if isinstance(type_, sqltypes.Float) or (
         isinstance(type_, sqltypes.Numeric) and not type_.asdecimal
@@ -304,6 +383,8 @@ def sends_stored_form(column: Column[Any]) -> bool:
     the caller's own queries bind (case kept), so the row must hold the caller's text for
     their plain ``u == value`` to find it; the hash uses the canonical form, which the
     server-side expression also rebuilds from any case and dashes."""
+    if converts_on_bind(column):
+        return False  # sent as given: the decorator converts it on the way in
     t = base_type(column.type)
     if isinstance(t, sqltypes.Uuid):
         return bool(t.as_uuid)  # a UUID object carries no case; a string keeps the caller's

@@ -46,6 +46,7 @@ from sharded_orm.schema.coerce import (
     Coercer,
     base_type,
     coercer_for,
+    converts_on_bind,
     has_case_insensitive_collation,
     sends_stored_form,
 )
@@ -175,7 +176,10 @@ def make_shard_column(
 
 
 def piece_kind(column: Any) -> str | None:
-    """Which inline fast path fits the column's stored Python type, if any."""
+    """Which inline fast path fits the column's stored Python type, if any (none where a
+    TypeDecorator converts the value: the coercer applies that conversion first)."""
+    if converts_on_bind(column):
+        return None
     type_ = base_type(getattr(column, "type", None))
     if isinstance(type_, (sqltypes.Enum, sqltypes.Uuid)):
         return None

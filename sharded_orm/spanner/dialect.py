@@ -61,7 +61,7 @@ from typing import Any
 from google.api_core import exceptions as _api
 from google.cloud.spanner_dbapi import exceptions as _dbapi
 from google.cloud.sqlalchemy_spanner import sqlalchemy_spanner as _stock
-from sqlalchemy import Index, LargeBinary, Table, exc
+from sqlalchemy import Index, LargeBinary, Table, exc, literal_column
 from sqlalchemy.engine import Dialect
 from sqlalchemy.sql.compiler import DDLCompiler
 
@@ -172,6 +172,24 @@ class SpannerSQLCompiler(_stock.SpannerSQLCompiler):  # type: ignore[misc]
         }
         return self.get_select_hint_text(byfrom), byfrom
 
+    def visit_insert(self, insert_stmt: Any, *args: Any, **kw: Any) -> Any:
+        """An INSERT given no values at all (a model whose only column is its IDENTITY
+        key) names that column with ``DEFAULT``: Spanner has neither ``DEFAULT VALUES``
+        nor ``() VALUES ()``. (An executemany of such rows SQLAlchemy already renders so,
+        through ``supports_default_metavalue``.)"""
+        if (
+            not self.column_keys
+            and not self.for_executemany
+            and not insert_stmt._values
+            and not insert_stmt._multi_values
+            and insert_stmt.select is None
+        ):
+            for col in insert_stmt.table.columns:
+                if col.identity is not None or col.server_default is not None:
+                    insert_stmt = insert_stmt.values({col: literal_column("DEFAULT")})
+                    break
+        return super().visit_insert(insert_stmt, *args, **kw)
+
 
 class _Base64Bytes(LargeBinary):
     """BYTES arrive from the Spanner client base64-encoded: hand back the real bytes."""
@@ -247,6 +265,11 @@ class SpannerDialect(_stock.SpannerDialect):  # type: ignore[misc]
     colspecs = {**_stock.SpannerDialect.colspecs, LargeBinary: _Base64Bytes}
     preparer = SpannerIdentifierPreparer
     insertmanyvalues_max_parameters = MAX_PARAMETERS
+    # A row given no values (a model whose only column is its IDENTITY key) is inserted
+    # as ``INSERT INTO t (id) VALUES (DEFAULT)``; the stock dialect says it supports an
+    # empty insert, which SQLAlchemy renders as ``() VALUES ()``, a syntax error on Spanner.
+    supports_default_metavalue = True
+    supports_empty_insert = False
     construct_arguments = [
         (Table, {"interleave_in": None, "interleave_on_delete_cascade": False}),
         (Index, {"storing": None, "null_filtered": False, "interleave_in": None}),

@@ -112,7 +112,7 @@ def _row_fetcher(conn: Connection, table: Any, pinned: dict[str, Any]) -> Fetch 
         where = [c == literal_value(pinned[c.key], row) for c in pk]
         got = conn.execute(select(*[table.c[k] for k in keys]).where(*where)).first()
         if got is None:
-            return None  # no such row: the UPDATE matches nothing; the caller refuses
+            return None  # no such row: the UPDATE matches nothing (rowcount 0)
         return dict(zip(keys, got, strict=True))
 
     return fetch

@@ -1,15 +1,19 @@
-"""Unit-of-work events: the object knows its shard, from construction to flush.
+"""Unit-of-work events: the shard is computed once per row, at the cheapest correct moment.
 
-* A ``set`` listener on each source attribute recomputes the shard as soon as every
-  source is known (so ``session.merge()`` finds a row whose key includes its shard, and
-  a detached object handed to ``bulk_save_objects`` carries a shard that agrees with its
-  sources). A shard the caller set by hand is left alone and checked at flush.
-* ``before_insert`` computes the shard (evaluating and storing Python defaults of the
-  sources) and counts the row (``sharded_orm.write.trust``), so the engine hook accepts
-  it without hashing it again.
+* ``before_insert`` computes the shard of a new object (evaluating and storing Python
+  defaults of the sources) and counts the row (``sharded_orm.write.trust``), so the engine
+  hook accepts it without hashing it again. Building objects hashes nothing.
+* A ``set`` listener on each source attribute recomputes the shard where it is needed
+  before the flush: on an object with a row (persistent or detached: its loaded shard
+  would otherwise be stale, e.g. for ``bulk_save_objects``), and on any object when the
+  shard is in the primary key (``session.merge()`` and the identity map key the object by
+  it). A shard the caller set by hand is left alone and checked at flush. A source change
+  the session discards (``expire``, ``refresh``) takes the derived shard back with it.
 * ``before_update`` evaluates a source's Python ``onupdate`` (so the value stored is the
-  value hashed), recomputes the shard when a source changed, and sends every non-key
-  source so the engine hook can check the whole row.
+  value hashed) and recomputes the shard when a source changed. It sends only the changed
+  columns, as SQLAlchemy does: when some sources are unchanged, the shard is left to the
+  engine hook, which computes it from the stored row in the same transaction (the
+  object's in-memory copy of the other sources may be stale).
 
 Events are installed on every mapper whose tables include a sharded one, sub-mappers of
 joined and single inheritance included.
@@ -20,8 +24,8 @@ from __future__ import annotations
 from typing import Any
 
 from sqlalchemy import Table, event
-from sqlalchemy.orm import EXT_CONTINUE, Mapper, attributes
-from sqlalchemy.orm.attributes import flag_modified, instance_dict
+from sqlalchemy.orm import EXT_CONTINUE, LoaderCallableStatus, Mapper, attributes
+from sqlalchemy.orm.attributes import instance_dict, set_committed_value
 
 from sharded_orm.errors import ShardingError
 from sharded_orm.schema.columns import ShardColumn, is_shard_column, shard_columns
@@ -133,13 +137,19 @@ def install_mapper_events(mapper: Mapper[Any]) -> None:
             )
             if not derived:
                 raise mismatch(sc, given, shard)
-            if getattr(target, shard_attr) != shard or shard_hist.has_changes():
+            unsent = [
+                a
+                for col, a in zip(sc.sources, source_attrs, strict=True)
+                if col not in pk_cols and a not in changed
+            ]
+            if unsent and sc.column not in pk_cols and (given is None or given == shard):
+                # Only some sources change: send only them, as SQLAlchemy does. The object
+                # may hold stale values of the others, so the execution hook computes the
+                # shard it sends from the stored row (read in this transaction); the object
+                # keeps the shard of what it holds, with no history to send.
+                set_committed_value(target, shard_attr, shard)
+            elif getattr(target, shard_attr) != shard or shard_hist.has_changes():
                 setattr(target, shard_attr, shard)
-            # Send every non-key source so the execution hook can check the whole row;
-            # key sources are pinned in the UPDATE's WHERE clause by the ORM.
-            for col, attr in zip(sc.sources, source_attrs, strict=True):
-                if col not in pk_cols and attr not in changed:
-                    flag_modified(target, attr)
 
     # raw and retval: SQLAlchemy calls it directly, with no wrapper, once per object
     event.listen(mapper, "before_insert", before_insert, raw=True, retval=True)
@@ -173,24 +183,59 @@ def _apply_onupdate(
 
 
 def install_source_listeners(mapper: Mapper[Any]) -> None:
-    """Recompute the shard on the object when one of its sources is set."""
+    """Recompute the shard on the object when one of its sources is set, where it is
+    needed before the flush: on an object that has a row (persistent or detached, whose
+    loaded shard would otherwise be stale, e.g. for ``bulk_save_objects``), and on any
+    object when the shard is in the primary key (``session.merge()`` and the identity map
+    key the object by it). A new object's other shards are computed once, at flush, so
+    building objects costs one early return per source set. A source change the session
+    discards (``expire``, ``refresh``) takes the shard it derived back with it."""
+    pk_cols = {c for t in mapper.tables for c in t.primary_key}
+    restore: list[tuple[str, tuple[str, ...]]] = []
     for sc, shard_attr, source_attrs in mapper_plans(mapper):
         if sc.server_side:
             continue
+        restore.append((shard_attr, source_attrs))
+        eager = sc.column in pk_cols
         for attr in source_attrs:
             event.listen(
                 mapper.class_manager[attr],
                 "set",
-                _source_setter(sc, shard_attr, source_attrs, attr),
+                _source_setter(sc, shard_attr, source_attrs, attr, eager),
                 propagate=True,
+                raw=True,
             )
+    if restore:
+        event.listen(mapper, "expire", _shard_restorer(restore), propagate=True)
 
 
-def _source_setter(sc: ShardColumn, shard_attr: str, source_attrs: tuple[str, ...], me: str) -> Any:
+def _shard_restorer(plans: list[tuple[str, tuple[str, ...]]]) -> Any:
+    def on_expire(target: Any, attrs: Any) -> None:
+        if attrs is None:
+            return  # everything expired, the shard too
+        state = attributes.instance_state(target)
+        for shard_attr, source_attrs in plans:
+            if shard_attr in attrs or not any(a in attrs for a in source_attrs):
+                continue
+            committed = state.committed_state.get(shard_attr, LoaderCallableStatus.NO_VALUE)
+            state.dict.pop(derived_mark_key(shard_attr), None)
+            if committed is LoaderCallableStatus.NO_VALUE:
+                continue  # the shard has no pending change
+            set_committed_value(target, shard_attr, committed)
+
+    return on_expire
+
+
+def _source_setter(
+    sc: ShardColumn, shard_attr: str, source_attrs: tuple[str, ...], me: str, eager: bool
+) -> Any:
     others = [a for a in source_attrs if a != me]
 
-    def on_set(target: Any, value: Any, oldvalue: Any, initiator: Any) -> None:
-        d = instance_dict(target)
+    def on_set(state: Any, value: Any, oldvalue: Any, initiator: Any) -> None:
+        if state.key is None and not eager:
+            return  # a new object: before_insert computes the shard once, at flush
+        target = state.obj()
+        d = state.dict
         for a in others:
             if a not in d:
                 return  # not all known yet: the flush computes it

@@ -165,6 +165,8 @@ class RowShards:
             if self.on_spanner:
                 _refuse_key_change(sc, setting)
             values = self._update_sources(sc, out, stmt_values, pinned, setting, fetch)
+            if values is None:
+                continue  # the WHERE clause's row does not exist: the UPDATE changes nothing
             send = sc.values_to_send(values)
             shard = sc.compute(send)
             _check_given(sc, out, stmt_values, shard)
@@ -192,11 +194,15 @@ class RowShards:
         pinned: Mapping[str, Any],
         setting: list[str],
         fetch: Fetch | None,
-    ) -> list[Any]:
+    ) -> list[Any] | None:
+        """The source values of the updated row; None when they had to be read from the
+        one row the WHERE clause names by primary key and there is no such row."""
         values: list[Any] = []
         known = {k for k in sc.source_keys if k in row or k in stmt_values or k in pinned}
         missing = [k for k in sc.source_keys if k not in known]
         fetched = fetch(row, missing) if missing and fetch is not None else None
+        if missing and fetch is not None and fetched is None:
+            return None
         for i, k in enumerate(sc.source_keys):
             if k in row:
                 v = row[k]
