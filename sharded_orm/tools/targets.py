@@ -78,7 +78,7 @@ def table_of_class(obj: Any) -> sa.Table | None:
         return obj
     if not isinstance(obj, type):
         return None
-    mapper = sa.inspect(obj, raiseerr=False)
+    mapper: Any = sa.inspect(obj, raiseerr=False)
     table = getattr(mapper, "local_table", None)
     return table if isinstance(table, sa.Table) else None
 
