@@ -9,7 +9,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from sharded_orm import shard_column
-from sharded_orm.tools.lint import SEQUENCE_KIND_KEY, index_warnings, lint
+from sharded_orm.tools.lint import index_warnings, lint
 
 _counter = itertools.count(1)
 
@@ -36,15 +36,6 @@ def test_counter_behind_a_tenant_is_flagged_but_user_timestamp_is_not() -> None:
     rules = {(f.rule, f.table) for f in lint(md)}
     assert ("SO108", "Orders") in rules
     assert not any(t == "Events" and r in ("SO101", "SO108") for r, t in rules)
-
-
-def test_auto_increment_key_wants_default_sequence_kind() -> None:
-    md = _md()
-    sa.Table("Carts", md, sa.Column("CartId", sa.BigInteger, primary_key=True, autoincrement=True))
-    assert [f.rule for f in lint(md)] == ["SO109"]
-    md2 = _md(**{SEQUENCE_KIND_KEY: "bit_reversed_positive"})
-    sa.Table("Carts", md2, sa.Column("CartId", sa.BigInteger, primary_key=True, autoincrement=True))
-    assert lint(md2) == []
 
 
 def test_index_warnings_on_any_table() -> None:
