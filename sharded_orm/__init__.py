@@ -133,11 +133,12 @@ __all__ = [
     "get_shard_column",
     "shard_column",
     "shard_columns",
+    "watch",
 ]
 
-# Registration side effects: the write path's engine hook and ORM events, the server-side
-# shard DDL. (The read path registers its hook when sharded_select is imported above.)
+# Registration side effects: the ORM events (installed per sharded mapper when it is
+# configured), the server-side shard DDL. The engine hook is attached per engine (watch).
 from sharded_orm.spanner import expressions as _expressions  # noqa: E402,F401
-from sharded_orm.write import engine_hook as _engine_hook  # noqa: E402,F401
 from sharded_orm.write import orm_events as _orm_events  # noqa: E402,F401
 from sharded_orm.write import session_events as _session_events  # noqa: E402,F401
+from sharded_orm.write.engine_hook import watch  # noqa: E402

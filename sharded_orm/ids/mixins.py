@@ -270,8 +270,8 @@ def hashed_reference(
     # What the mapper-constructed hook of sharded_orm.schema.columns does for a table born with
     # shard columns: map attribute names, then fill the shard on the object at flush.
     attr_columns = table.info.setdefault(ATTR_COLUMNS_KEY, {})
-    attr_columns.setdefault(names[0], c_hashed)
-    attr_columns.setdefault(names[1], c_id)
+    attr_columns.setdefault(names[0], c_hashed.key)
+    attr_columns.setdefault(names[1], c_id.key)
     # A mapper born with shard columns has listeners planned without this one: the new
     # listeners cover every shard column (the old ones' work is repeated, idempotently).
     install_mapper_events(mapper)

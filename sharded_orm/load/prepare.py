@@ -23,7 +23,13 @@ from sqlalchemy import types as sqltypes
 
 from sharded_orm.errors import ShardConfigError, ShardingError, ShardTypeError
 from sharded_orm.hashing import INT64_MAX, INT64_MIN
-from sharded_orm.schema.columns import ATTR_COLUMNS_KEY, ShardComputed, shard_columns
+from sharded_orm.schema.columns import (
+    ATTR_COLUMNS_KEY,
+    ShardComputed,
+    attr_column,
+    is_shard_column,
+    shard_columns,
+)
 from sharded_orm.write.sql import MISSING, evaluate_default
 
 RANGES_PER_WORKER = 10
@@ -159,7 +165,11 @@ class RowChecker:
     ) -> None:
         self.table = table
         self.cols = cols
-        self.attr_map: Mapping[str, Any] = table.info.get(ATTR_COLUMNS_KEY, {})
+        self.attr_map: Mapping[str, Any] = {
+            attr: col
+            for attr in (table.__dict__.get("info") or {}).get(ATTR_COLUMNS_KEY, ())
+            if (col := attr_column(table, attr)) is not None
+        }
         written = {c.key for c in cols}
         self.shards = [sc for sc in shard_columns(table) if sc.key in written]
         self.expected = [expected_types(c) for c in cols]
@@ -168,7 +178,7 @@ class RowChecker:
         self.defaulted = [
             (c, _database_fills(c))
             for c in cols
-            if c.default is not None and "sharded_orm.shard" not in c.info
+            if c.default is not None and not is_shard_column(c)
         ]
         self.processors = processors
 

@@ -40,11 +40,9 @@ from sqlalchemy import (
     Select,
     Table,
     and_,
-    event,
     inspect,
     select,
 )
-from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql import operators
 from sqlalchemy.sql.elements import ColumnElement, UnaryExpression
@@ -327,6 +325,18 @@ class ShardedSelect(Select[Any]):
     def params(self, *optionaldict: Any, **kwargs: Any) -> Self:
         return super().params(*optionaldict, **kwargs)._refresh()
 
+    def _execute_on_connection(
+        self, connection: Any, distilled_params: Any, execution_options: Any
+    ) -> Any:
+        """Run with parameters, the statement settles its point shard from them first.
+
+        The statement's own hook into ``Connection.execute`` (Core and ORM), so no
+        ``Engine`` listener is needed and other statements pay nothing."""
+        stmt: Select[Any] = self
+        if distilled_params and len(distilled_params) == 1 and distilled_params[0]:
+            stmt = expand(self, None, dict(distilled_params[0]))
+        return Select._execute_on_connection(stmt, connection, distilled_params, execution_options)
+
     def for_shard(self, shard: int) -> Self:
         """This statement restricted to one shard (one branch of a merge)."""
         return self._generate()._with_predicate(shard, True)
@@ -402,21 +412,3 @@ def expand(
     if params:
         return stmt._generate()._refresh(params)
     return stmt
-
-
-def _point_from_execution_params(
-    conn: Connection,
-    elem: Any,
-    multiparams: list[dict[str, Any]],
-    params: dict[str, Any],
-    execution_options: Any,
-) -> tuple[Any, list[dict[str, Any]], dict[str, Any]]:
-    """A top-level sharded_select run with parameters: settle its point shard from them."""
-    if isinstance(elem, ShardedSelect):
-        given = params or (multiparams[0] if len(multiparams) == 1 else None)
-        if given:
-            return expand(elem, None, dict(given)), multiparams, params
-    return elem, multiparams, params
-
-
-event.listen(Engine, "before_execute", _point_from_execution_params, retval=True)

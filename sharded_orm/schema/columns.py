@@ -51,11 +51,26 @@ from sharded_orm.schema.coerce import (
     sends_stored_form,
 )
 from sharded_orm.schema.declare import check_source_declaration
-from sharded_orm.schema.registry import register, register_cascades
+from sharded_orm.schema.registry import register, register_cascades, watch_ddl
 
 INFO_KEY = "sharded_orm.shard"
-#: ``Table.info`` key: ORM attribute name -> Column, so sources can be attribute names.
+#: ``Table.info`` key of a sharded table: ORM attribute name -> column key (plain strings,
+#: so the info dict stays plain data that Alembic can render), so sources can be
+#: attribute names.
 ATTR_COLUMNS_KEY = "sharded_orm.attr_columns"
+
+
+def attr_column(table: Table, name: str) -> Column[Any] | None:
+    """The column of ``table`` that ORM attribute ``name`` maps, if the mapper said so."""
+    info = table.__dict__.get("info")
+    attr_columns = info.get(ATTR_COLUMNS_KEY) if info else None
+    if not attr_columns or name not in attr_columns:
+        return None
+    key = attr_columns[name]
+    if not isinstance(key, str):  # a Column, as older releases kept it
+        key = getattr(key, "key", None)
+    col = table.c.get(key) if isinstance(key, str) else None
+    return col
 
 
 @dataclass(frozen=True)
@@ -241,7 +256,11 @@ def shard_column(
     args: list[Any] = [type_]
     if server_side:
         args.append(ShardComputed(spec))
-    return mapped_column(*args, info=info, **column_kwargs)
+    made: MappedColumn[int] = mapped_column(*args, info=info, **column_kwargs)
+    # on this column only (its copies for mixins and to_metadata keep it): no listener
+    # runs for the columns and tables that are not sharded
+    event.listen(made.column, "after_parent_attach", _on_column_attach)
+    return made
 
 
 # --------------------------------------------------------------------------- introspection
@@ -253,9 +272,9 @@ _resolved: weakref.WeakKeyDictionary[Table, tuple[int, tuple[ShardColumn, ...]]]
 
 def _find_source(table: Table, name: str) -> Column[Any]:
     """A source by ORM attribute name, column key, or SQL name, in that order."""
-    attr_columns = table.info.get(ATTR_COLUMNS_KEY)
-    if attr_columns and name in attr_columns:
-        return attr_columns[name]  # type: ignore[no-any-return]
+    col = attr_column(table, name)
+    if col is not None:
+        return col
     col = table.c.get(name)
     if col is not None:
         return col
@@ -271,14 +290,15 @@ def _find_source(table: Table, name: str) -> Column[Any]:
 def _resolve(table: Table) -> tuple[ShardColumn, ...]:
     found = []
     for col in table.columns:
-        spec = col.info.get(INFO_KEY) if col.info else None
+        info = col.__dict__.get("info")
+        spec = info.get(INFO_KEY) if info else None
         if spec is None:
             continue
         sources = tuple(_find_source(table, s) for s in spec.sources)
         if col in sources:
             raise ShardConfigError(f"shard column {col.name!r} cannot be its own source")
         for s in sources:
-            if s.info and s.info.get(INFO_KEY) is not None:
+            if is_shard_column(s):
                 raise ShardConfigError(
                     f"shard column {col.name!r} takes another shard column, {s.name!r}, "
                     "as a source; hash the original sources instead"
@@ -338,7 +358,7 @@ def get_shard_column(obj: Any, name: str | None = None) -> ShardColumn:
         raise ShardConfigError(
             f"table {table.name!r} has {len(cols)} shard columns; name the one you mean"
         )
-    attr_col = (table.info.get(ATTR_COLUMNS_KEY) or {}).get(name)
+    attr_col = attr_column(table, name)
     for sc in cols:
         if name in (sc.key, sc.name) or sc.column is attr_col:
             return sc
@@ -349,7 +369,9 @@ def get_shard_column(obj: Any, name: str | None = None) -> ShardColumn:
 
 
 def is_shard_column(column: Any) -> bool:
-    info = getattr(column, "info", None)
+    # ``Column.info`` is created on first read: look only at one that already exists, so
+    # asking about a column that is not ours leaves it as it was
+    info = getattr(column, "__dict__", {}).get("info")
     return isinstance(info, dict) and info.get(INFO_KEY) is not None
 
 
@@ -365,7 +387,7 @@ def _on_mapper_constructed(mapper: Any, class_: Any) -> None:
     attr_columns = table.info.setdefault(ATTR_COLUMNS_KEY, {})
     for attr, col in mapper.columns.items():
         if isinstance(col, Column) and col.table is table:
-            attr_columns.setdefault(attr, col)
+            attr_columns.setdefault(attr, col.key)
     _resolved.pop(table, None)
     shard_columns(table)  # validate now, at class definition, not at first flush
 
@@ -373,7 +395,7 @@ def _on_mapper_constructed(mapper: Any, class_: Any) -> None:
 def _on_column_attach(column: Any, table: Any) -> None:
     if isinstance(table, Table) and is_shard_column(column):
         register(table)  # resolved lazily: the sources may not be attached yet
+        watch_ddl(table)
 
 
 event.listen(Mapper, "after_mapper_constructed", _on_mapper_constructed)
-event.listen(Column, "after_parent_attach", _on_column_attach)

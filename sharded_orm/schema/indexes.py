@@ -29,6 +29,7 @@ from sqlalchemy.sql.elements import ColumnElement, UnaryExpression, _textual_lab
 from sharded_orm.checks import check_spanner_name
 from sharded_orm.errors import ShardConfigError, ShardTypeError
 from sharded_orm.schema.columns import ShardColumn, get_shard_column, is_shard_column
+from sharded_orm.schema.interleave import check_before_create
 
 
 def _name_of(part: Any) -> str | None:
@@ -140,6 +141,8 @@ class ShardedIndex(Index):
         if not isinstance(parent, Table):
             return
         table = parent
+        if self.interleave_in:
+            check_before_create(table)
         # names given with desc("ts"): SQLAlchemy resolved the name; restore the direction
         self._validate(table)
         self._check_unique(table, deferrable=True)

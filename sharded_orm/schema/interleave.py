@@ -6,10 +6,15 @@ sharded-orm makes ``metadata.create_all`` create the parent first (Spanner refus
 whose parent does not exist yet) and checks, before any DDL is sent, that the parent's
 key is a prefix of the child's, which Spanner requires. Other dialects have no
 interleaving: the tables are created as plain tables.
+
+Both are per-table listeners that ``interleave_in`` hands to the ``Table`` (its
+``listeners`` keyword): a table that is not interleaved is never looked at, and nothing
+is written into any ``info`` dict.
 """
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 from sqlalchemy import Index, MetaData, Table, event
@@ -17,7 +22,8 @@ from sqlalchemy import Index, MetaData, Table, event
 from sharded_orm.checks import check_spanner_name
 from sharded_orm.errors import ShardConfigError, ShardTypeError
 
-_PENDING = "sharded_orm.interleave_children"
+#: metadata -> parent name -> children attached before their parent (weakly held)
+_pending: weakref.WeakKeyDictionary[MetaData, dict[str, list[Table]]] = weakref.WeakKeyDictionary()
 
 
 def interleave_in(parent: str | Table | Any, *, on_delete_cascade: bool = False) -> dict[str, Any]:
@@ -32,7 +38,13 @@ def interleave_in(parent: str | Table | Any, *, on_delete_cascade: bool = False)
             f"interleave parent must be a table name, Table or model, got {parent!r}"
         )
     check_spanner_name(name, "interleave parent")
-    kw: dict[str, Any] = {"spanner_interleave_in": name}
+    kw: dict[str, Any] = {
+        "spanner_interleave_in": name,
+        "listeners": [
+            ("after_parent_attach", _order_interleaved),
+            ("before_create", _check_interleaved),
+        ],
+    }
     if on_delete_cascade:
         kw["spanner_interleave_on_delete_cascade"] = True
     return kw
@@ -61,20 +73,32 @@ def check_key_prefix(child: Table, parent: Table) -> None:
         )
 
 
-@event.listens_for(Table, "after_parent_attach")
 def _order_interleaved(table: Table, parent: Any) -> None:
+    """The child is created after its parent: a dependency for ``create_all`` and
+    ``sorted_tables`` (Spanner refuses a child whose parent does not exist yet)."""
     if not isinstance(parent, MetaData):
         return
-    pending: dict[str, list[Table]] = parent.info.setdefault(_PENDING, {})
     parent_name = parent_of(table)
-    if parent_name is not None:
-        parent_table = parent.tables.get(parent_name)
-        if parent_table is not None:
-            table.add_is_dependent_on(parent_table)
-        else:
-            pending.setdefault(parent_name, []).append(table)
-    for child in pending.pop(table.name, []):
-        child.add_is_dependent_on(table)
+    if parent_name is None:
+        return
+    parent_table = parent.tables.get(parent_name)
+    if parent_table is not None:
+        table.add_is_dependent_on(parent_table)
+        return
+    # the parent is declared further down: wait for it, listening only while a child waits
+    waiting = _pending.setdefault(parent, {})
+    waiting.setdefault(parent_name, []).append(table)
+    if not event.contains(Table, "after_parent_attach", _parent_arrived):
+        event.listen(Table, "after_parent_attach", _parent_arrived)
+
+
+def _parent_arrived(table: Table, parent: Any) -> None:
+    waiting = _pending.get(parent) if isinstance(parent, MetaData) else None
+    if waiting:
+        for child in waiting.pop(table.name, []):
+            child.add_is_dependent_on(table)
+        if not waiting:
+            del _pending[parent]
 
 
 def check_index_prefix(index: Any, parent: Table) -> None:
@@ -90,7 +114,12 @@ def check_index_prefix(index: Any, parent: Table) -> None:
         )
 
 
-@event.listens_for(Table, "before_create")
+def check_before_create(table: Table) -> None:
+    """Check ``table``'s interleaved indexes before it is created (``ShardedIndex``)."""
+    if not event.contains(table, "before_create", _check_interleaved):
+        event.listen(table, "before_create", _check_interleaved)
+
+
 def _check_interleaved(table: Table, connection: Any, **kw: Any) -> None:
     tables = table.metadata.tables
     parent_name = parent_of(table)

@@ -17,7 +17,8 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
-from sqlalchemy.sql.schema import Table
+from sqlalchemy import event
+from sqlalchemy.sql.schema import MetaData, Table
 
 #: (schema, lower-case name) -> declared sharded tables of that name
 _tables: dict[tuple[str | None, str], weakref.WeakSet[Table]] = {}
@@ -64,3 +65,35 @@ def cascade_targets(schema: str | None, name: str) -> dict[str, str]:
 def sharded_names() -> frozenset[str]:
     """Lower-case names of every declared sharded table (for the raw-SQL warning)."""
     return frozenset(name for (_, name), tables in _tables.items() if len(tables))
+
+
+# --------------------------------------------------------------------------- engines
+
+_engine_watcher: list[Any] = []
+
+
+def set_engine_watcher(fn: Any) -> None:
+    """The write layer's ``watch(engine)``, called when a sharded table meets an engine."""
+    _engine_watcher[:] = [fn]
+
+
+def engine_seen(connection: Any) -> None:
+    """``connection``'s engine has something to do with a sharded table: watch it."""
+    for fn in _engine_watcher:
+        fn(connection)
+
+
+def _on_ddl(target: Any, connection: Any, **kw: Any) -> None:
+    engine_seen(connection)
+
+
+def watch_ddl(table: Table) -> None:
+    """Watch every engine that creates, drops or checks ``table`` or its MetaData (per
+    object: a table without a shard column, and its engines, are left alone)."""
+    targets: list[Any] = [table]
+    if isinstance(table.metadata, MetaData):
+        targets.append(table.metadata)
+    for target in targets:
+        for name in ("before_create", "before_drop"):
+            if not event.contains(target, name, _on_ddl):
+                event.listen(target, name, _on_ddl)

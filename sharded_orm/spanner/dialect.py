@@ -67,6 +67,7 @@ from sqlalchemy.sql.compiler import DDLCompiler
 
 from sharded_orm.checks import check_spanner_name
 from sharded_orm.schema.keys import is_descending
+from sharded_orm.schema.registry import engine_seen
 from sharded_orm.spanner import SPANNER_DIALECT_NAMES
 
 _HINT_NAMES = ("*", *SPANNER_DIALECT_NAMES)
@@ -298,6 +299,14 @@ class SpannerDialect(_stock.SpannerDialect):  # type: ignore[misc]
                 "spanner+spanner:///projects/<project>/instances/<instance>/databases/<database>"
             )
         return super().create_connect_args(url)
+
+    @classmethod
+    def engine_created(cls, engine: Any) -> None:
+        """Every Spanner engine is one sharded-orm has something to do with: its writes
+        to sharded tables are checked from the first statement (per engine, no global
+        listener)."""
+        super().engine_created(engine)
+        engine_seen(engine)
 
     @classmethod
     def import_dbapi(cls) -> Any:

@@ -1,9 +1,13 @@
 """The one place every INSERT and UPDATE of a sharded table passes through.
 
-An ``Engine`` ``before_execute`` hook (registered for all engines when ``sharded_orm``
-is imported) looks at each INSERT/UPDATE whose table is sharded, however the statement
-names it (``sharded_orm.write.targets``), and fills or checks every row
-(``sharded_orm.write.rows``). It also:
+A ``before_execute`` hook looks at each INSERT/UPDATE whose table is sharded, however the
+statement names it (``sharded_orm.write.targets``), and fills or checks every row
+(``sharded_orm.write.rows``). It is attached to one engine at a time (``watch``), only to
+engines that have something to do with a sharded table: every Spanner engine (our
+dialect's ``engine_created``), any other engine the moment it creates (or checks) a
+sharded table or runs an ORM flush or statement on a sharded model, and any engine given
+to ``sharded_orm.watch``. No class-level ``Engine`` listener exists, so an engine that
+never meets a sharded table stays on SQLAlchemy's no-events fast path. It also:
 
 * adds the shard to a SQLite/PostgreSQL upsert's ``ON CONFLICT DO UPDATE SET`` when the
   SET changes a source (as ``excluded.<shard>``), or refuses one it cannot prove;
@@ -21,6 +25,7 @@ from __future__ import annotations
 
 import re
 import warnings
+import weakref
 from collections.abc import Mapping
 from typing import Any
 
@@ -30,7 +35,7 @@ from sqlalchemy.sql.dml import Insert, Update
 from sqlalchemy.sql.elements import ClauseElement, TextClause
 
 from sharded_orm.errors import ShardConfigError, ShardingWarning
-from sharded_orm.schema.registry import cascade_targets, sharded_names
+from sharded_orm.schema.registry import cascade_targets, set_engine_watcher, sharded_names
 from sharded_orm.spanner import is_spanner
 from sharded_orm.write.rows import Fetch, RowShards, fast_insert_rows, resendable
 from sharded_orm.write.sql import (
@@ -42,7 +47,7 @@ from sharded_orm.write.sql import (
 )
 from sharded_orm.write.statements import check_from_select, onto_declared, with_upsert_shard
 from sharded_orm.write.targets import statement_table, write_shards
-from sharded_orm.write.trust import take
+from sharded_orm.write.trust import forget, take
 
 
 def _rewrite_multi_values(stmt: Insert, table: Any, shards: RowShards) -> Insert:
@@ -162,7 +167,7 @@ def _before_execute(
         elem = with_upsert_shard(elem, shards)
         if not stmt_values and not row_shards.server_made and (multiparams or params):
             rows = multiparams if multiparams else [params]
-            if take(conn, table, len(rows)) and _all_filled(rows, row_shards):
+            if take(conn, execution_options, table, rows) and _all_filled(rows, row_shards):
                 return elem, multiparams, params  # the ORM flush filled these a moment ago
             if multiparams:
                 return elem, fast_insert_rows(row_shards, multiparams), params
@@ -242,5 +247,38 @@ def _before_cursor_execute(
         _warn_raw(statement)
 
 
-event.listen(Engine, "before_execute", _before_execute, retval=True)
-event.listen(Engine, "before_cursor_execute", _before_cursor_execute)
+_watched: weakref.WeakSet[Engine] = weakref.WeakSet()
+
+
+def _root(engine: Any) -> Engine:
+    engine = getattr(engine, "engine", engine)  # a Connection's engine
+    while isinstance(getattr(engine, "_proxied", None), Engine):  # execution_options()
+        engine = engine._proxied
+    return engine  # type: ignore[no-any-return]
+
+
+def watch(engine: Engine | Connection) -> Engine:
+    """Check every write of ``engine`` to a sharded table from now on (idempotent).
+
+    Spanner engines, and engines that create a sharded table (``create_all``) or run the
+    ORM on a sharded model, are watched by themselves. Call this for an engine of another
+    database whose first contact with a sharded table is a Core ``insert()``/``update()``
+    (e.g. tables made by a migration elsewhere, then written by Core only).
+    """
+    root = _root(engine)
+    if root in _watched:
+        return root
+    _watched.add(root)
+    event.listen(root, "before_execute", _before_execute, retval=True)
+    event.listen(root, "before_cursor_execute", _before_cursor_execute)
+    for name in ("commit", "rollback", "rollback_savepoint"):
+        event.listen(root, name, forget)  # no filled rows outlive their transaction
+    return root
+
+
+def is_watched(engine: Any) -> bool:
+    """True when ``engine`` (or a Connection's) checks writes to sharded tables."""
+    return _root(engine) in _watched
+
+
+set_engine_watcher(watch)

@@ -16,7 +16,7 @@
   object's in-memory copy of the other sources may be stale).
 
 Events are installed on every mapper whose tables include a sharded one, sub-mappers of
-joined and single inheritance included.
+joined and single inheritance included, when SQLAlchemy configures it.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from sqlalchemy.orm.attributes import instance_dict, set_committed_value
 
 from sharded_orm.errors import ShardingError
 from sharded_orm.schema.columns import ShardColumn, is_shard_column, shard_columns
+from sharded_orm.write.engine_hook import watch
 from sharded_orm.write.fastpath import IMMUTABLE_SOURCE_TYPES, derived_mark_key, object_filler
 from sharded_orm.write.rows import mismatch
 from sharded_orm.write.sql import MISSING, evaluate_default, evaluate_onupdate
@@ -72,8 +73,21 @@ def _insert_values(
     return values
 
 
+def _record_keys(mapper: Mapper[Any], plans: list[Plan]) -> list[tuple[int, list[tuple[str, str]]]]:
+    """Per sharded table: (attribute, column key) of each shard and source it holds."""
+    out: dict[int, list[tuple[str, str]]] = {}
+    for sc, shard_attr, source_attrs in plans:
+        keys = out.setdefault(id(sc.column.table), [])
+        for attr, col in ((shard_attr, sc.column), *zip(source_attrs, sc.sources, strict=True)):
+            if col.table is sc.column.table and (attr, col.key) not in keys:
+                keys.append((attr, col.key))
+    return list(out.items())
+
+
 def install_mapper_events(mapper: Mapper[Any]) -> None:
-    """Attach the flush events to one mapper whose tables have shard columns."""
+    """Attach the flush events to one mapper whose tables have shard columns.
+
+    Reads nothing that configures mappers: it runs when SQLAlchemy configures this one."""
     plans = mapper_plans(mapper)
     pk_cols = {c for t in mapper.tables for c in t.primary_key}
     onupdate = {
@@ -82,12 +96,11 @@ def install_mapper_events(mapper: Mapper[Any]) -> None:
         for c in sc.sources
         if c.onupdate is not None
     }
-    column_attrs = [p.key for p in mapper.column_attrs]
 
     fill = object_filler(plans)
-    tables = [id(t) for t in sharded_tables(mapper)]
+    record_keys = _record_keys(mapper, plans)
 
-    count = Tally().add
+    add = Tally(watch).add
 
     def before_insert(mapper_: Any, connection: Any, state: Any) -> Any:
         d = state.dict
@@ -97,7 +110,11 @@ def install_mapper_events(mapper: Mapper[Any]) -> None:
         except BaseException:
             forget(connection)
             raise
-        count(connection, tables)
+        # the flush sends its INSERT with the base mapper's statement cache as its
+        # compiled_cache: the mark of the ORM's own statement (sharded_orm.write.trust)
+        cache = mapper_.base_mapper._compiled_cache
+        for table, keys in record_keys:
+            add(connection, cache, table, tuple([(key, d.get(attr)) for attr, key in keys]))
         return EXT_CONTINUE
 
     def _fill_slowly(state: Any, d: Any) -> None:
@@ -117,9 +134,10 @@ def install_mapper_events(mapper: Mapper[Any]) -> None:
             d[shard_attr] = shard
 
     def before_update(mapper_: Any, connection: Any, target: Any) -> None:
+        watch(connection)
         state = attributes.instance_state(target)
         if onupdate:
-            _apply_onupdate(state, target, onupdate, column_attrs)
+            _apply_onupdate(state, target, onupdate, [p.key for p in mapper_.column_attrs])
         for sc, shard_attr, source_attrs in plans:
             changed = [a for a in source_attrs if state.attrs[a].history.has_changes()]
             shard_hist = state.attrs[shard_attr].history
@@ -287,5 +305,7 @@ def _install_for_sharded_tables(mapper: Mapper[Any], class_: Any) -> None:
         install_source_listeners(mapper)  # propagate=True covers the subclasses
 
 
-# Runs after the schema layer's own listener, which maps attribute names to columns.
-event.listen(Mapper, "after_mapper_constructed", _install_for_sharded_tables)
+# When SQLAlchemy configures the mapper (before its first object is made, queried or
+# flushed), not when it is constructed: reading attributes then would configure every
+# mapper of the registry early, before the classes a string relationship() names exist.
+event.listen(Mapper, "mapper_configured", _install_for_sharded_tables)

@@ -9,6 +9,7 @@ loaded object of that mapper whose sources and shard are loaded and not pending 
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 from sqlalchemy import event
@@ -16,9 +17,10 @@ from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import instance_dict, instance_state, set_committed_value
 
 from sharded_orm.errors import ShardingError
+from sharded_orm.write.engine_hook import watch
 from sharded_orm.write.orm_events import Plan, mapper_plans
 
-_plans: dict[Any, list[Plan]] = {}
+_plans: weakref.WeakKeyDictionary[Any, list[Plan]] = weakref.WeakKeyDictionary()
 
 
 def _plans_of(mapper: Any) -> list[Plan]:
@@ -54,13 +56,17 @@ def _resync(session: Session, mapper: Any, plans: list[Plan]) -> None:
 
 
 def _do_orm_execute(orm_execute_state: Any) -> Any:
-    if not orm_execute_state.is_update:
+    if not (orm_execute_state.is_update or orm_execute_state.is_insert):
         return None
     mapper = orm_execute_state.bind_mapper
     if mapper is None:
         return None
     plans = _plans_of(mapper)
     if not plans:
+        return None
+    # an ORM bulk INSERT/UPDATE runs no mapper event: its engine must be watched now
+    watch(orm_execute_state.session.get_bind(mapper=mapper))
+    if not orm_execute_state.is_update:
         return None
     result = orm_execute_state.invoke_statement()
     _resync(orm_execute_state.session, mapper, plans)

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 from sqlalchemy import column as _column_clause
@@ -18,10 +19,14 @@ from sqlalchemy.sql.expression import TableClause
 from sqlalchemy.sql.schema import Table
 
 from sharded_orm.errors import ShardConfigError
-from sharded_orm.schema.columns import INFO_KEY, ShardColumn, shard_columns
+from sharded_orm.schema.columns import ShardColumn, is_shard_column, shard_columns
 from sharded_orm.schema.registry import declared_tables
 
-_CACHE_KEY = "sharded_orm.write_targets"
+#: declared tables -> (column count, layout); kept here, not in ``Table.info``, so a
+#: table that is not ours is never touched
+_tables: weakref.WeakKeyDictionary[Table, tuple[int, tuple[ShardColumn, ...]]] = (
+    weakref.WeakKeyDictionary()
+)
 _NONE: tuple[ShardColumn, ...] = ()
 #: lightweight tables (no .info) -> their resolved layout
 _light: dict[int, tuple[TableClause, int, tuple[ShardColumn, ...]]] = {}
@@ -42,15 +47,16 @@ def statement_table(elem: Any) -> Any:
 def write_shards(table: Any) -> tuple[ShardColumn, ...]:
     """The shard columns a write to ``table`` must fill, keyed by ``table``'s column keys."""
     if isinstance(table, Table):
-        info = table.info  # annotated copies share the original's info dict
-        cached = info.get(_CACHE_KEY)
+        if table._annotations:  # the ORM's annotated copy: the cache holds the original
+            table = table._deannotate()
+        cached = _tables.get(table)
         if cached is not None and cached[0] == len(table.columns):
-            return cached[1]  # type: ignore[no-any-return]
-        if any(c.info and INFO_KEY in c.info for c in table.columns):
+            return cached[1]
+        if any(is_shard_column(c) for c in table.columns):
             shards = shard_columns(table)
         else:
             shards = _foreign(table)
-        info[_CACHE_KEY] = (len(table.columns), shards)
+        _tables[table] = (len(table.columns), shards)
         return shards
     if isinstance(table, TableClause):
         hit = _light.get(id(table))
