@@ -1,12 +1,21 @@
-"""Cost of shard columns on the insert hot path (issues 2 and 16; a benchmark, not a test).
+"""Cost of shard columns on the insert path, as users pay it (issue 22 item 10; a benchmark).
 
-50,000 rows on in-memory SQLite, through the ORM unit of work (add_all + flush) and
-through Core executemany, for a model with two shard columns and for the same model
-without them. Prints each path's time, the ratio sharded / plain (ORM target <= 1.10),
-and the extra cost per row and shard column against the seeds' hand-written one-liner
-``zlib.crc32(...) % N`` over the same values (target <= 1.25x).
+Every ORM timing covers building the objects, ``add_all`` and ``flush``; every Core timing
+covers ``conn.execute(table.insert(), rows)``, plus, for the hand-written variant, the
+loop that computes the shards. 50,000 rows on in-memory SQLite, a model with two shard
+columns (``(company_id, ts)`` % 10 and ``user_id`` % 16), against:
 
-    python benchmarks/bench_insert.py [--rows 50000] [--repeat 15]
+* **plain**: the same columns with no shard computed at all (the floor);
+* **seed**: the seed article's hand-written code, ``zlib.crc32((company_id +
+  ts.isoformat()).encode()) % 10`` and ``zlib.crc32(user_id.encode()) % 16``, computed by
+  the application into a plain model (ORM) or into its row dicts (Core).
+
+CPU time of this process (``time.process_time``), rounds interleaved (each round runs
+every variant once, in a rotating order), and each ratio is given as min / median / max
+over the per-round ratios. Targets: ORM sharded <= 1.10x plain and <= 1.10x seed; Core
+sharded <= 1.10x seed.
+
+    python benchmarks/bench_insert.py [--rows 50000] [--rounds 11]
 """
 
 from __future__ import annotations
@@ -22,8 +31,7 @@ from collections.abc import Callable
 import sqlalchemy as sa
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
-from sharded_orm import UTCDateTime, shard_column, shard_columns
-from sharded_orm.write.rows import RowShards, fast_insert_rows
+from sharded_orm import UTCDateTime, compute_shard, shard_column
 
 UTC = dt.timezone.utc
 T0 = dt.datetime(2024, 1, 1, tzinfo=UTC)
@@ -53,145 +61,165 @@ class Sharded(Base):
     user_shard_id: Mapped[int] = shard_column("user_id", count=16)
 
 
-def make_rows(n: int, with_shards: bool) -> list[dict[str, object]]:
-    rows: list[dict[str, object]] = []
-    for i in range(n):
-        r: dict[str, object] = {
+Rows = list[dict[str, object]]
+
+
+def make_rows(n: int) -> Rows:
+    return [
+        {
             "id": i,
             "company_id": f"company-{i % 7}",
             "user_id": f"user-{i % 997}",
             "ts": T0 + dt.timedelta(microseconds=37 * i),
         }
-        if with_shards:  # the plain model stores the same number of columns
-            r["entry_shard_id"] = 0
-            r["user_shard_id"] = 0
-        rows.append(r)
-    return rows
+        for i in range(n)
+    ]
 
 
-def timed(fn: Callable[[], None]) -> float:
+Setup = Callable[[], tuple[Callable[[], None], Callable[[], None]]]
+
+
+def cpu_timed(setup: Setup) -> float:
+    """CPU seconds of the work ``setup()`` returns (setup and cleanup are not timed)."""
+    work, close = setup()
     gc.collect()
-    t = time.perf_counter()
-    fn()
-    return time.perf_counter() - t
+    t = time.process_time()
+    work()
+    spent = time.process_time() - t
+    close()
+    return spent
 
 
-def orm_flush(model: type[Base], rows: list[dict[str, object]]) -> float:
+def fresh_engine() -> sa.Engine:
     eng = sa.create_engine("sqlite://")
     Base.metadata.create_all(eng)
-    with Session(eng) as s:
-        objs = [model(**r) for r in rows]
+    return eng
+
+
+# --------------------------------------------------------------------------- ORM
+
+
+def orm(make: Callable[[dict[str, object]], Base], rows: Rows) -> Setup:
+    def setup() -> tuple[Callable[[], None], Callable[[], None]]:
+        eng = fresh_engine()
+        session = Session(eng)
 
         def work() -> None:
-            s.add_all(objs)
-            s.flush()
+            session.add_all([make(r) for r in rows])
+            session.flush()
 
-        t = timed(work)
-        s.rollback()
-    eng.dispose()
-    return t
+        def close() -> None:
+            session.close()
+            eng.dispose()
 
+        return work, close
 
-def core_executemany(model: type[Base], rows: list[dict[str, object]]) -> float:
-    eng = sa.create_engine("sqlite://")
-    Base.metadata.create_all(eng)
-    table = model.__table__
-    with eng.begin() as conn:
-        t = timed(lambda: conn.execute(table.insert(), rows).close())
-    eng.dispose()
-    return t
+    return setup
 
 
-def seed_one_liners(rows: list[dict[str, object]]) -> float:
-    """The seeds' hand-written shard code over the same values, both columns, per row."""
-    crc32 = zlib.crc32
-
-    def work() -> None:
-        for r in rows:
-            company, user, ts = r["company_id"], r["user_id"], r["ts"]
-            crc32((company + ts.isoformat()).encode()) % 10  # type: ignore[operator, attr-defined]
-            crc32(user.encode()) % 16  # type: ignore[attr-defined]
-
-    return timed(work)
+def plain_object(r: dict[str, object]) -> Base:
+    return Plain(**r, entry_shard_id=0, user_shard_id=0)
 
 
-def hook_work(rows: list[dict[str, object]]) -> float:
-    """What the engine hook does for a Core executemany of these rows: fill both shards."""
-    shards = RowShards(shard_columns(Sharded), on_spanner=False)
-    return timed(lambda: fast_insert_rows(shards, rows))
+def seed_object(r: dict[str, object]) -> Base:
+    """The seed's hand-written code, in the application, before the plain model."""
+    company, user, ts = r["company_id"], r["user_id"], r["ts"]
+    return Plain(
+        **r,
+        entry_shard_id=zlib.crc32((company + ts.isoformat()).encode()) % 10,  # type: ignore[operator, attr-defined]
+        user_shard_id=zlib.crc32(user.encode()) % 16,  # type: ignore[attr-defined]
+    )
+
+
+def sharded_object(r: dict[str, object]) -> Base:
+    return Sharded(**r)
+
+
+# --------------------------------------------------------------------------- Core
+
+
+def core_seed(rows: Rows) -> Setup:
+    def setup() -> tuple[Callable[[], None], Callable[[], None]]:
+        eng = fresh_engine()
+        conn = eng.connect()
+        mine = [dict(r) for r in rows]  # the application's own dicts, filled in place
+
+        def work() -> None:
+            crc32 = zlib.crc32
+            for r in mine:
+                r["entry_shard_id"] = crc32((r["company_id"] + r["ts"].isoformat()).encode()) % 10  # type: ignore[operator, attr-defined]
+                r["user_shard_id"] = crc32(r["user_id"].encode()) % 16  # type: ignore[attr-defined]
+            conn.execute(Plain.__table__.insert(), mine).close()
+
+        return work, lambda: (conn.close(), eng.dispose())
+
+    return setup
+
+
+def core_sharded(rows: Rows) -> Setup:
+    def setup() -> tuple[Callable[[], None], Callable[[], None]]:
+        eng = fresh_engine()
+        conn = eng.connect()
+        mine = [dict(r) for r in rows]
+
+        def work() -> None:
+            conn.execute(Sharded.__table__.insert(), mine).close()
+
+        return work, lambda: (conn.close(), eng.dispose())
+
+    return setup
+
+
+def check_once(rows: Rows) -> None:
+    """The sharded model stores what the seed's formula's owner would check: its shards."""
+    eng = fresh_engine()
+    with Session(eng) as s:
+        s.add_all([Sharded(**r) for r in rows[:100]])
+        s.commit()
+        for o in s.scalars(sa.select(Sharded)):
+            assert o.entry_shard_id == compute_shard([o.company_id, o.ts], 10)
+            assert o.user_shard_id == compute_shard([o.user_id], 16)
+
+
+def spread(values: list[float]) -> str:
+    return f"{min(values):.2f} / {statistics.median(values):.2f} / {max(values):.2f}"
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=50_000)
-    ap.add_argument("--repeat", type=int, default=15)
+    ap.add_argument("--rounds", type=int, default=11)
     args = ap.parse_args()
-    plain_rows = make_rows(args.rows, with_shards=True)
-    sharded_rows = make_rows(args.rows, with_shards=False)
-    n, ncols = args.rows, 2
-    print(f"{n} rows, {ncols} shard columns, SQLAlchemy {sa.__version__}, {args.repeat} rounds")
-    # Each round times plain, sharded and the seed's one-liners back to back, and the
-    # figures are medians of the per-round ratios: on a shared machine the load changes
-    # between rounds, and a ratio of neighbours is steadier than a ratio of minima.
-    orm_ratio, core_ratio, core_vs_seed, hook_vs_seed = [], [], [], []
-    best: dict[str, float] = {}
-    for _ in range(args.repeat):
-        t = {
-            "orm plain": orm_flush(Plain, plain_rows),
-            "orm sharded": orm_flush(Sharded, sharded_rows),
-            "core plain": core_executemany(Plain, plain_rows),
-            "seed": seed_one_liners(sharded_rows),
-            "core sharded": core_executemany(Sharded, sharded_rows),
-            "hook": hook_work(sharded_rows),
-            "seed again": seed_one_liners(sharded_rows),
-        }
-        for k, v in t.items():
-            best[k] = min(best.get(k, v), v)
-        orm_ratio.append(t["orm sharded"] / t["orm plain"])
-        core_ratio.append(t["core sharded"] / t["core plain"])
-        core_vs_seed.append((t["core sharded"] - t["core plain"]) / t["seed"])
-        hook_vs_seed.append(t["hook"] / t["seed again"])
-    seed_us = best["seed"] / n / ncols * 1e6
+    rows = make_rows(args.rows)
+    check_once(rows)
+    variants = {
+        "orm plain": orm(plain_object, rows),
+        "orm seed": orm(seed_object, rows),
+        "orm sharded": orm(sharded_object, rows),
+        "core seed": core_seed(rows),
+        "core sharded": core_sharded(rows),
+    }
+    names = list(variants)
+    times: dict[str, list[float]] = {k: [] for k in names}
+    for r in range(args.rounds):
+        order = names[r % len(names) :] + names[: r % len(names)]
+        for name in order:
+            times[name].append(cpu_timed(variants[name]))
     print(
-        f"{'path':<18}{'plain s':>9}{'sharded s':>11}{'ratio':>7}{'best':>7}"
-        "  per row and shard column"
+        f"{args.rows} rows, 2 shard columns, SQLAlchemy {sa.__version__}, {args.rounds} "
+        "interleaved rounds, CPU seconds (min / median / max)"
     )
-    for name, key, ratios in (
-        ("ORM flush", "orm", orm_ratio),
-        ("Core executemany", "core", core_ratio),
-    ):
-        plain, sharded = best[f"{key} plain"], best[f"{key} sharded"]
-        extra = (sharded - plain) / n / ncols * 1e6
-        line = (
-            f"{name:<18}{plain:>9.3f}{sharded:>11.3f}{statistics.median(ratios):>7.2f}"
-            f"{sharded / plain:>7.2f}"
-        )
-        if key == "core":
-            line += (
-                f"  {extra:.2f} us = {statistics.median(core_vs_seed):.2f}x the seed's one-liner"
-            )
-        else:
-            line += f"  {extra:.2f} us"
-        print(line)
-    print(f"seed one-liner zlib.crc32(...) % N: {seed_us:.2f} us per row and column")
-    hook_us = best["hook"] / n / ncols * 1e6
-    print(
-        f"the hook's own work for those rows: {hook_us:.2f} us per row and column = "
-        f"{statistics.median(hook_vs_seed):.2f}x the seed's one-liner (timed side by side)"
-    )
-    print(
-        "ratio: median of the per-round ratios; best: best sharded / best plain "
-        "(seconds are each path's best round)"
-    )
-    print("targets: ORM flush <= 1.10x plain; Core extra per row and column <= 1.25x the seed's")
-    print(
-        f"per-round ratios: ORM {fmt(orm_ratio)}; Core vs seed {fmt(core_vs_seed)}; "
-        f"hook vs seed {fmt(hook_vs_seed)}"
-    )
-
-
-def fmt(values: list[float]) -> str:
-    return " ".join(f"{v:.2f}" for v in values)
+    for name in names:
+        print(f"  {name:<13} {spread(times[name])}")
+    ratios = {
+        "ORM sharded / plain": ("orm sharded", "orm plain"),
+        "ORM sharded / seed": ("orm sharded", "orm seed"),
+        "Core sharded / seed": ("core sharded", "core seed"),
+    }
+    print("per-round ratios (min / median / max), target <= 1.10:")
+    for label, (a, b) in ratios.items():
+        per_round = [x / y for x, y in zip(times[a], times[b], strict=True)]
+        print(f"  {label:<20} {spread(per_round)}")
 
 
 if __name__ == "__main__":

@@ -28,7 +28,11 @@ from sharded_orm.errors import ShardConfigError, ShardTypeError, ShardValueError
 
 CRC32: Final = "crc32"
 FARM_FINGERPRINT: Final = "farm_fingerprint"
-ALGORITHMS: Final = (CRC32, FARM_FINGERPRINT)
+#: For adopting rows sharded by hand as the seed article does,
+#: ``zlib.crc32(company_id + timestamp.isoformat()) % N`` with ``datetime.utcnow()``: the
+#: sources' plain texts joined with no separator (see :func:`concat_text`).
+CRC32_CONCAT: Final = "crc32_concat"
+ALGORITHMS: Final = (CRC32, FARM_FINGERPRINT, CRC32_CONCAT)
 
 #: Largest shard count accepted: keeps ``BETWEEN 0 AND N-1`` fan-outs sane and
 #: every shard id far inside INT64.
@@ -227,6 +231,39 @@ def _farm_fingerprint(data: str) -> int:
 _HASHES: dict[str, Callable[[str], int]] = {CRC32: _crc32, FARM_FINGERPRINT: _farm_fingerprint}
 
 
+def concat_text(value: object) -> str:
+    """One source's text in the ``crc32_concat`` form: a ``str`` as it is, an ``int`` in
+    decimal, a ``date`` as ``isoformat()``, a timezone-aware ``datetime`` as the
+    ``isoformat()`` of its UTC instant without offset (what ``datetime.utcnow()
+    .isoformat()`` printed when the row was written: no fraction when the microseconds
+    are 0; nanoseconds dropped)."""
+    if isinstance(value, str):
+        return str.__str__(value)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(int.__index__(value))
+    if isinstance(value, _dt.datetime):
+        if value.utcoffset() is None:
+            raise ShardValueError(
+                f"cannot hash naive datetime {value!r}: attach a timezone, e.g. timezone.utc"
+            )
+        utc = value.astimezone(_UTC)
+        return _datetime_isoformat(
+            _dt.datetime(
+                utc.year, utc.month, utc.day, utc.hour, utc.minute, utc.second, utc.microsecond
+            )
+        )
+    if isinstance(value, _dt.date):
+        return _date_isoformat(value)
+    raise ShardTypeError(
+        f"the crc32_concat form takes str, int, date or aware datetime sources, got "
+        f"{value!r} ({type(value).__name__})"
+    )
+
+
+def _crc32_concat(values: Sequence[object], count: int) -> int:
+    return zlib.crc32("".join([concat_text(v) for v in values]).encode("utf-8")) % count
+
+
 def hash_string(data: str, algorithm: str = CRC32) -> int:
     """The raw hash of a canonical string: unsigned CRC-32, or signed FARM_FINGERPRINT."""
     try:
@@ -276,14 +313,17 @@ def compute_shard(values: object, count: int, algorithm: str = CRC32) -> int:
     A list or tuple is taken as several sources in order; any other value is one source.
     """
     validate_count(count)
-    validate_algorithm(algorithm)
+    if validate_algorithm(algorithm) == CRC32_CONCAT:
+        return _crc32_concat(_as_sources(values), count)
     return hash_string(canonical_string(_as_sources(values)), algorithm) % count
 
 
 def shard_function(count: int, algorithm: str = CRC32) -> Callable[[Sequence[object]], int]:
     """A validated, pre-bound ``compute_shard`` for the hot path (one call per row)."""
     validate_count(count)
-    if validate_algorithm(algorithm) == CRC32:
+    if validate_algorithm(algorithm) == CRC32_CONCAT:
+        return lambda values: _crc32_concat(values, count)
+    if algorithm == CRC32:
         crc32 = zlib.crc32
 
         def shard(values: Sequence[object]) -> int:
@@ -359,9 +399,17 @@ def piece_function(kind: str | None, coerce: Callable[[Any], Any]) -> Callable[[
 def shard_function_of_pieces(
     pieces: Sequence[Callable[[Any], str]], count: int, algorithm: str = CRC32
 ) -> Callable[[Sequence[object]], int]:
-    """A shard function over source values, each turned into its piece by ``pieces[i]``."""
+    """A shard function over source values, each turned into its piece by ``pieces[i]``
+    (for ``crc32_concat``: its :func:`concat_text`)."""
     validate_count(count)
     algorithm = validate_algorithm(algorithm)
+    if algorithm == CRC32_CONCAT:
+
+        def concat(values: Sequence[object]) -> int:
+            text = "".join([p(v) for p, v in zip(pieces, values, strict=True)])
+            return zlib.crc32(text.encode("utf-8")) % count
+
+        return concat
     if algorithm == CRC32:
         crc32 = zlib.crc32
         if len(pieces) == 1:

@@ -29,7 +29,7 @@ from sqlalchemy import types as sqltypes
 
 from sharded_orm.checks import check_identifier, check_positive_int
 from sharded_orm.errors import ShardConfigError, UnsupportedOnDialectError
-from sharded_orm.hashing import CRC32, FARM_FINGERPRINT, validate_algorithm
+from sharded_orm.hashing import FARM_FINGERPRINT, validate_algorithm
 from sharded_orm.load.verify import connect, mismatch_sql, quote
 from sharded_orm.progress import progress
 from sharded_orm.schema.columns import get_shard_column, table_of
@@ -196,9 +196,9 @@ def _reflected_sources(bind: Any, table: str, names: Sequence[str]) -> list[sa.C
 
 
 def _refuse_crc32(table: str, column: str, algorithm: str) -> None:
-    if algorithm == CRC32:
+    if algorithm != FARM_FINGERPRINT:  # crc32, crc32_concat
         raise ShardConfigError(
-            f"{table}.{column} hashes with crc32, and Spanner has no CRC32 function, so it "
+            f"{table}.{column} hashes with {algorithm}, and Spanner has no CRC32 function, so it "
             "cannot be backfilled server-side; use the client path (op.backfill_shard(..., "
             "server_side=False)) or, at scale, sharded_orm.beam.Backfill; or declare the new "
             "column with algorithm='farm_fingerprint'"

@@ -33,10 +33,12 @@ from sqlalchemy.sql.expression import text
 from sharded_orm.errors import ShardConfigError, ShardTypeError
 from sharded_orm.hashing import (
     CRC32,
+    CRC32_CONCAT,
     FARM_FINGERPRINT,
     PIECE_INT,
     PIECE_STR,
     PIECE_UTC_DATETIME,
+    concat_text,
     piece_function,
     shard_function_of_pieces,
     validate_algorithm,
@@ -183,11 +185,21 @@ def make_shard_column(
 ) -> ShardColumn:
     """A ShardColumn whose function coerces each source as its column stores it."""
     coercers = tuple(coercer_for(s) for s in sources)
-    pieces = [piece_function(piece_kind(s), c) for s, c in zip(sources, coercers, strict=True)]
+    if spec.algorithm == CRC32_CONCAT:
+        pieces = [_concat_piece(c) for c in coercers]
+    else:
+        pieces = [piece_function(piece_kind(s), c) for s, c in zip(sources, coercers, strict=True)]
     fn = shard_function_of_pieces(pieces, spec.count, spec.algorithm)
     loose = tuple(has_case_insensitive_collation(s) for s in sources)
     sends = tuple(sends_stored_form(s) for s in sources)
     return ShardColumn(column, spec, tuple(sources), fn, coercers, loose, sends)
+
+
+def _concat_piece(coerce: Coercer) -> Callable[[Any], str]:
+    def piece(v: Any) -> str:
+        return concat_text(coerce(v))
+
+    return piece
 
 
 def piece_kind(column: Any) -> str | None:
