@@ -42,12 +42,16 @@ Fixes (sqlalchemy-spanner 1.20):
    limit (``insert().values([...])`` with many rows, a long ``IN`` list) is refused before
    it is sent, with a ``ProgrammingError`` that says what to do instead.
 9. Reflection pastes table, schema and sequence names into its INFORMATION_SCHEMA
-   queries: ``has_table('has"quote')`` (run by ``create_all``) sent broken SQL. Our
-   reflection methods refuse names that are not valid Spanner names first.
+   queries: ``has_table('x" OR "1"="1')`` answered True, a quote in a name sent broken
+   SQL, ``filter_names=[]`` a syntax error. Our reflection (``.reflection``) binds every
+   name as a query parameter and answers as SQLAlchemy's contract says, for any name.
 10. A URL whose path is not ``projects/P/instances/I[/databases/D]`` crashed deep in
     ``create_engine`` (``'NoneType' object has no attribute 'group'``), and
     ``.../databases/`` was read as instance ``I/databases/``: such URLs are refused with
     an ``ArgumentError`` saying what a Spanner URL looks like.
+11. Reads ran under the client's one-hour streaming timeout, and a stream cut with
+    UNAVAILABLE was restarted without end: every statement now has a deadline, the
+    ``timeout`` execution option (``.deadlines``), passed to the client per call.
 """
 
 from __future__ import annotations
@@ -69,6 +73,8 @@ from sharded_orm.checks import check_spanner_name
 from sharded_orm.schema.keys import is_descending
 from sharded_orm.schema.registry import engine_seen
 from sharded_orm.spanner import SPANNER_DIALECT_NAMES
+from sharded_orm.spanner.deadlines import DeadlineCursor, read_errors, timeout_of
+from sharded_orm.spanner.reflection import BoundReflection
 
 _HINT_NAMES = ("*", *SPANNER_DIALECT_NAMES)
 
@@ -117,7 +123,7 @@ class SpannerIdentifierPreparer(_stock.SpannerIdentifierPreparer):  # type: igno
         return prep
 
 
-class SpannerDDLCompiler(_stock.SpannerDDLCompiler):  # type: ignore[misc]
+class ShardedSpannerDDLCompiler(_stock.SpannerDDLCompiler):  # type: ignore[misc]
     # Every name a DDL statement renders goes through this preparer, so checking it here
     # covers tables, columns, indexes, sequences, constraints and interleave parents alike.
     @property
@@ -164,7 +170,7 @@ class SpannerDDLCompiler(_stock.SpannerDDLCompiler):  # type: ignore[misc]
         return text
 
 
-class SpannerSQLCompiler(_stock.SpannerSQLCompiler):  # type: ignore[misc]
+class ShardedSpannerSQLCompiler(_stock.SpannerSQLCompiler):  # type: ignore[misc]
     def _setup_select_hints(self, select: Any) -> tuple[str, dict[Any, str]]:
         byfrom = {
             from_: hinttext % {"name": from_._compiler_dispatch(self, ashint=True)}
@@ -237,34 +243,26 @@ def _check_parameter_count(parameters: Any) -> None:
         )
 
 
-def _reflects(name: str) -> Any:
-    """The stock reflection method ``name``, refusing names its SQL would hold as text.
-
-    The stock queries paste table, schema and sequence names into INFORMATION_SCHEMA
-    queries (``TABLE_NAME="{name}"``): a quote in a name broke the query, and could have
-    changed it. A name that is not a valid Spanner name cannot name anything there.
-    """
-    stock = getattr(_stock.SpannerDialect, name)
-
-    def method(self: Any, connection: Any, *args: Any, **kw: Any) -> Any:
-        for value in (*args, kw.get("schema"), *(kw.get("filter_names") or ())):
-            if isinstance(value, str) and value:
-                check_spanner_name(value, f"name given to {name}")
-        return stock(self, connection, *args, **kw)
-
-    method.__name__ = method.__qualname__ = name
-    method.__doc__ = stock.__doc__
-    return method
+class SpannerExecutionContext(_stock.SpannerExecutionContext):  # type: ignore[misc]
+    def create_cursor(self) -> Any:
+        # one deadline per statement, from its ``timeout`` execution option
+        seconds = timeout_of(self.execution_options)
+        return DeadlineCursor(self._dbapi_connection.driver_connection, seconds)
 
 
-class SpannerDialect(_stock.SpannerDialect):  # type: ignore[misc]
+def _deadline_of(cursor: Any) -> float | None:
+    return getattr(cursor, "deadline_seconds", None)
+
+
+class SpannerDialect(BoundReflection, _stock.SpannerDialect):  # type: ignore[misc]
     """sqlalchemy-spanner's dialect with sharded-orm's fixes (see the module docstring)."""
 
     supports_statement_cache = True  # SQLAlchemy asks every subclass to say so itself
-    ddl_compiler = SpannerDDLCompiler
-    statement_compiler = SpannerSQLCompiler
+    ddl_compiler = ShardedSpannerDDLCompiler
+    statement_compiler = ShardedSpannerSQLCompiler
     colspecs = {**_stock.SpannerDialect.colspecs, LargeBinary: _Base64Bytes}
     preparer = SpannerIdentifierPreparer
+    execution_ctx_cls = SpannerExecutionContext
     insertmanyvalues_max_parameters = MAX_PARAMETERS
     # A row given no values (a model whose only column is its IDENTITY key) is inserted
     # as ``INSERT INTO t (id) VALUES (DEFAULT)``; the stock dialect says it supports an
@@ -275,22 +273,6 @@ class SpannerDialect(_stock.SpannerDialect):  # type: ignore[misc]
         (Table, {"interleave_in": None, "interleave_on_delete_cascade": False}),
         (Index, {"storing": None, "null_filtered": False, "interleave_in": None}),
     ]
-
-    has_table = _reflects("has_table")
-    has_sequence = _reflects("has_sequence")
-    get_columns = _reflects("get_columns")
-    get_indexes = _reflects("get_indexes")
-    get_pk_constraint = _reflects("get_pk_constraint")
-    get_foreign_keys = _reflects("get_foreign_keys")
-    get_unique_constraints = _reflects("get_unique_constraints")
-    get_view_definition = _reflects("get_view_definition")
-    get_table_names = _reflects("get_table_names")
-    get_view_names = _reflects("get_view_names")
-    get_sequence_names = _reflects("get_sequence_names")
-    get_multi_columns = _reflects("get_multi_columns")
-    get_multi_indexes = _reflects("get_multi_indexes")
-    get_multi_pk_constraint = _reflects("get_multi_pk_constraint")
-    get_multi_foreign_keys = _reflects("get_multi_foreign_keys")
 
     def create_connect_args(self, url: Any) -> Any:
         if not isinstance(url.database, str) or not _URL_PATH.fullmatch(url.database):
@@ -314,17 +296,17 @@ class SpannerDialect(_stock.SpannerDialect):  # type: ignore[misc]
 
     def do_execute(self, cursor: Any, statement: Any, parameters: Any, context: Any = None) -> None:
         _check_parameter_count(parameters)
-        with _dbapi_errors():
+        with _dbapi_errors(), read_errors(_deadline_of(cursor)):
             super().do_execute(cursor, statement, parameters, context)
 
     def do_executemany(
         self, cursor: Any, statement: Any, parameters: Any, context: Any = None
     ) -> None:
-        with _dbapi_errors():
+        with _dbapi_errors(), read_errors(_deadline_of(cursor)):
             super().do_executemany(cursor, statement, parameters, context)
 
     def do_execute_no_params(self, cursor: Any, statement: Any, context: Any = None) -> None:
-        with _dbapi_errors():
+        with _dbapi_errors(), read_errors(_deadline_of(cursor)):
             super().do_execute_no_params(cursor, statement, context)
 
     def do_commit(self, dbapi_connection: Any) -> None:

@@ -1,0 +1,186 @@
+"""Every read on our dialect has a deadline: the ``timeout`` execution option.
+
+The Spanner client streams query results under its default timeout of one hour, and
+restarts a stream cut with UNAVAILABLE from its resume token, again and again, with no
+overall bound: a silent server or a stopped one held a read for an hour or for ever. The
+DB-API passes no ``timeout``/``retry`` to ``Snapshot.execute_sql`` /
+``Transaction.execute_sql``, which accept both; google-api-core owns what they mean.
+
+So each statement our dialect executes gets one absolute deadline, ``timeout`` seconds
+from its execution (``conn.execution_options(timeout=30)``, on an engine, a connection,
+a statement or an ORM execution; :data:`DEFAULT_READ_TIMEOUT` when unset; ``None``
+restores the client's own default). Its DB-API cursor sees the connection through
+:class:`DeadlineConnection`, which passes to every ``execute_sql`` of that statement:
+
+* ``timeout``: an api-core timeout decorator giving each attempt the time left until the
+  deadline, so a silent server ends the read with DEADLINE_EXCEEDED, and a stream restart
+  after the deadline ends at once;
+* ``retry``: api-core's ``Retry`` for UNAVAILABLE when a stream starts (or restarts after
+  a cut, from its resume token), with backoff, until the same deadline.
+
+A read that misses its deadline, or is cut and cannot resume, fails with the DB-API's
+``OperationalError`` (``sqlalchemy.exc.OperationalError``) saying it changed nothing and
+can be retried; the client's error is its ``__cause__``.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from google.api_core import exceptions as _api
+from google.api_core.retry import Retry, if_exception_type
+from google.cloud.spanner_dbapi import Cursor
+from google.cloud.spanner_dbapi import exceptions as _dbapi
+
+#: Execution option naming a statement's deadline, in seconds.
+TIMEOUT_OPTION = "timeout"
+#: Seconds a statement may take when no ``timeout`` execution option is set.
+DEFAULT_READ_TIMEOUT = 60.0
+
+#: Errors a read cannot outlive: missed deadline, server gone, stream cut for good.
+_READ_FAILURES = (
+    _api.DeadlineExceeded,
+    _api.ServiceUnavailable,
+    _api.Cancelled,
+    _api.RetryError,
+)
+
+
+def timeout_of(options: Any, default: float | None = DEFAULT_READ_TIMEOUT) -> float | None:
+    """The ``timeout`` execution option (seconds), checked; ``default`` when unset."""
+    seconds = options.get(TIMEOUT_OPTION, default)
+    if seconds is None:
+        return None
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not seconds > 0:
+        raise _dbapi.ProgrammingError(
+            f"execution option {TIMEOUT_OPTION}={seconds!r}: give the seconds a statement "
+            "may take, a number > 0 (or None for the Spanner client's own default)"
+        )
+    return float(seconds)
+
+
+class _Deadline:
+    """An api-core timeout decorator: each attempt gets the time left until one instant."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.at = time.monotonic() + seconds
+
+    def __call__(self, func: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(func)
+        def within_deadline(*args: Any, **kwargs: Any) -> Any:
+            left = self.at - time.monotonic()
+            if left <= 0:
+                raise _api.DeadlineExceeded(f"deadline of {self.seconds:g} s reached")  # type: ignore[no-untyped-call]
+            kwargs["timeout"] = left
+            return func(*args, **kwargs)
+
+        return within_deadline
+
+
+def call_options(seconds: float | None) -> dict[str, Any]:
+    """``timeout`` and ``retry`` for ``execute_sql``: one deadline ``seconds`` from now."""
+    if seconds is None:
+        return {}
+    retry = Retry(
+        predicate=if_exception_type(_api.ServiceUnavailable),
+        initial=0.05,
+        maximum=1.0,
+        multiplier=2.0,
+        timeout=seconds,
+    )
+    return {"timeout": _Deadline(seconds), "retry": retry}
+
+
+class _Bounded:
+    """A Snapshot or Transaction whose ``execute_sql`` carries the statement's deadline."""
+
+    def __init__(self, inner: Any, options: dict[str, Any]) -> None:
+        object.__setattr__(self, "_inner", inner)
+        object.__setattr__(self, "_options", options)
+
+    def execute_sql(self, *args: Any, **kwargs: Any) -> Any:
+        return self._inner.execute_sql(*args, **{**self._options, **kwargs})
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        setattr(self._inner, name, value)
+
+
+class _BoundedDatabase(_Bounded):
+    """A Database whose single-use snapshots carry the statement's deadline."""
+
+    @contextmanager
+    def snapshot(self, **kwargs: Any) -> Iterator[Any]:
+        with self._inner.snapshot(**kwargs) as snapshot:
+            yield _Bounded(snapshot, self._options)
+
+
+class DeadlineConnection(_Bounded):
+    """The DB-API connection as one statement's cursor sees it: every read it starts
+    (``run_statement`` in a transaction, the read-only or single-use snapshots) is
+    sent with the statement's ``timeout`` and ``retry``. Everything else is the
+    connection itself (attributes are read and written through)."""
+
+    def run_statement(self, statement: Any, request_options: Any = None) -> Any:
+        transaction = self._inner.transaction_checkout()
+        return transaction.execute_sql(
+            statement.sql,
+            statement.params,
+            param_types=statement.param_types,
+            request_options=request_options or self._inner.request_options,
+            **self._options,
+        )
+
+    def snapshot_checkout(self) -> Any:
+        snapshot = self._inner.snapshot_checkout()
+        return None if snapshot is None else _Bounded(snapshot, self._options)
+
+    @property
+    def database(self) -> Any:
+        database = self._inner.database
+        return None if database is None else _BoundedDatabase(database, self._options)
+
+
+@contextmanager
+def read_errors(seconds: float | None) -> Iterator[None]:
+    """Raise a read's missed deadline or lost stream as a DB-API ``OperationalError``
+    that says the read can be retried."""
+    try:
+        yield
+    except _READ_FAILURES as e:
+        if isinstance(e, _api.DeadlineExceeded | _api.RetryError) and seconds is not None:
+            what = f"did not finish within its deadline of {seconds:g} s"
+        else:
+            what = "lost its connection to Spanner (the stream could not be resumed)"
+        raise _dbapi.OperationalError(
+            f"the statement {what}: {getattr(e, 'message', None) or e}. A read changed "
+            "nothing and can be retried; raise the deadline with "
+            f"execution_options({TIMEOUT_OPTION}=<seconds>) if it needs longer."
+        ) from e
+
+
+class DeadlineCursor(Cursor):  # type: ignore[misc]
+    """The DB-API cursor on a :class:`DeadlineConnection`; fetches map read failures."""
+
+    def __init__(self, connection: Any, seconds: float | None) -> None:
+        super().__init__(DeadlineConnection(connection, call_options(seconds)))
+        self.deadline_seconds = seconds
+
+    def fetchone(self) -> Any:
+        with read_errors(self.deadline_seconds):
+            return super().fetchone()
+
+    def fetchmany(self, size: int | None = None) -> Any:
+        with read_errors(self.deadline_seconds):
+            return super().fetchmany(size)
+
+    def fetchall(self) -> Any:
+        with read_errors(self.deadline_seconds):
+            return super().fetchall()
