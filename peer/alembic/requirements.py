@@ -22,7 +22,23 @@ class Requirements(SuiteRequirements):
         # Spanner has generated columns: AS (expr) STORED
         return exclusions.open()
 
+    @property
+    def fk_ondelete_is_reflected(self):
+        # Spanner stores ON DELETE CASCADE (INFORMATION_SCHEMA.REFERENTIAL_CONSTRAINTS)
+        return exclusions.open()
+
     # -- what Spanner does not have
+
+    @property
+    def integer_subtype_comparisons(self):
+        # Spanner has one integer type, INT64: Integer and BigInteger are the same column
+        return exclusions.closed()
+
+    @property
+    def identity_columns(self):
+        # Spanner's IDENTITY is bit-reversed with START COUNTER WITH / SKIP RANGE only: no
+        # INCREMENT, MINVALUE, MAXVALUE or CYCLE, which every identity test varies
+        return exclusions.closed()
 
     @property
     def fk_onupdate(self):
