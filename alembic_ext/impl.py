@@ -31,6 +31,7 @@ env.py imports nothing for it. It:
 from __future__ import annotations
 
 import re
+import warnings
 import weakref
 from collections.abc import Callable
 from typing import Any, TextIO
@@ -50,6 +51,23 @@ from . import ops as _ops  # noqa: F401  (registers op.backfill_shard, op.alter_
 from . import reflection
 from .errors import MigrationError
 from .render import chain_render_item
+
+# Upstream's own deprecated calls, seen on every Alembic command: sqlalchemy-spanner's
+# pool "reset" listener reads the DB-API's deprecated ``inside_transaction``, and its
+# ``do_rollback`` the deprecated ``_ConnectionFairy.connection``. Neither is ours to
+# change; ignored by exact message and the upstream module that raises them, nothing else.
+warnings.filterwarnings(
+    "ignore",
+    message=r"This method is deprecated\. Use _spanner_transaction_started field",
+    category=DeprecationWarning,
+    module=r"google\.cloud\.spanner_dbapi\.connection",
+)
+warnings.filterwarnings(
+    "ignore",
+    message=r"The _ConnectionFairy\.connection attribute is deprecated",
+    category=DeprecationWarning,
+    module=r"google\.cloud\.sqlalchemy_spanner\.sqlalchemy_spanner",
+)
 
 #: ``Config.attributes`` key: called with the list of statements of each DDL batch sent.
 DDL_BATCH_ATTRIBUTE = "sharded_orm.on_ddl_batch"

@@ -184,3 +184,47 @@ def test_upstream_inspector_misses_ddl_pending_in_the_db_api(engine: sa.Engine) 
         t.create(conn)
         stock = Inspector._construct(Inspector._init_connection, conn)
         assert stock.get_columns("Fresh") == []
+
+
+_COMMANDS_SCRIPT = """
+import sys, tempfile
+from pathlib import Path
+sys.path.insert(0, sys.argv[2])
+import seed_models
+from alembic_project import Project
+md = seed_models.Sharded.metadata
+p = Project(Path(tempfile.mkdtemp()), sys.argv[1])
+p.revision(md, "first")
+p.upgrade()
+p.check(md)
+p.downgrade("base")
+print("commands ran")
+"""
+
+
+def test_alembic_commands_print_no_transaction_or_deprecation_warning(
+    spanner_emulator: Any, tmp_path: Any
+) -> None:
+    """revision --autogenerate, upgrade, check, downgrade with every warning shown (as
+    ``python -W always``): none of the DB-API's "non-operational" UserWarnings (the
+    AUTOCOMMIT connection's commits), none of upstream's DeprecationWarnings."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    url = spanner_emulator.url(spanner_emulator.create_database())
+    script = tmp_path / "commands.py"
+    script.write_text(_COMMANDS_SCRIPT)
+    env = {**os.environ, "SPANNER_EMULATOR_HOST": spanner_emulator.host}
+    done = subprocess.run(
+        [sys.executable, "-W", "always", str(script), url, str(Path(__file__).parent)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "commands ran" in done.stdout
+    assert "non-operational" not in done.stderr
+    assert "DeprecationWarning" not in done.stderr, done.stderr[-3000:]
