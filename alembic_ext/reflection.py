@@ -8,7 +8,11 @@ sqlalchemy-spanner 1.20 reflects indexes and keys, but:
   Alembic expect tuples (``("desc",)``), so DESC index columns come back ascending;
 * ``NULL_FILTERED`` and ``INTERLEAVE IN`` of an index are not reflected at all;
 * ``get_multi_*(filter_names=[])`` (autogenerate on an empty database) sends
-  ``IN ()``, a syntax error.
+  ``IN ()``, a syntax error;
+* it reads past the DB-API, which holds a transaction's DDL until its next statement:
+  a table created in a transaction was missing from that connection's inspector;
+* a table with no key columns (``PRIMARY KEY ()``) reflected without
+  ``constrained_columns``.
 
 :class:`SpannerInspector` fixes these on the inspector, SQLAlchemy's public per-dialect
 hook (``Dialect.inspector``), by post-processing the stock results with one
@@ -180,13 +184,41 @@ def normalize_sql(sql: str) -> str:
 # ----------------------------------------------------------------------------- inspector
 
 
+def apply_pending_ddl(bind: Any) -> None:
+    """Send the DDL the DB-API still holds for ``bind`` (a Connection), if any.
+
+    In a transaction the Spanner DB-API queues DDL until the next statement or commit;
+    the stock reflection reads in a snapshot of its own, past the DB-API, so a table
+    just created on this connection was missing from its own inspector. The DB-API's
+    own flush (``run_prior_DDL_statements``) runs first, as its next statement would.
+    """
+    if not isinstance(bind, Connection) or bind.closed or bind.invalidated:
+        return
+    driver = bind.connection.driver_connection
+    run = getattr(driver, "run_prior_DDL_statements", None)
+    if run is not None:
+        run()
+
+
 def _skip_empty(name: str) -> Any:
     """``get_multi_<x>(filter_names=[])``: the stock dialect sends ``IN ()``, a syntax error."""
 
     def method(self: Inspector, schema: str | None = None, **kw: Any) -> Any:
         if kw.get("filter_names") is not None and not list(kw["filter_names"]):
             return {}
+        apply_pending_ddl(self.bind)
         return getattr(super(SpannerInspector, self), name)(schema, **kw)
+
+    method.__name__ = name
+    return method
+
+
+def _after_pending_ddl(name: str) -> Any:
+    """The stock inspector method ``name``, run after the connection's pending DDL."""
+
+    def method(self: Inspector, *args: Any, **kw: Any) -> Any:
+        apply_pending_ddl(self.bind)
+        return getattr(super(SpannerInspector, self), name)(*args, **kw)
 
     method.__name__ = name
     return method
@@ -201,15 +233,25 @@ class SpannerInspector(Inspector):
     get_multi_table_comment = _skip_empty("get_multi_table_comment")
     get_multi_check_constraints = _skip_empty("get_multi_check_constraints")
     get_multi_table_options = _skip_empty("get_multi_table_options")
+    get_table_names = _after_pending_ddl("get_table_names")
+    has_table = _after_pending_ddl("has_table")
+    get_columns = _after_pending_ddl("get_columns")
+    get_foreign_keys = _after_pending_ddl("get_foreign_keys")
+    get_unique_constraints = _after_pending_ddl("get_unique_constraints")
+    get_check_constraints = _after_pending_ddl("get_check_constraints")
 
     def _fix_pk(self, pk: dict[str, Any]) -> dict[str, Any]:
+        """SQLAlchemy's contract: ``constrained_columns`` and ``name`` always present;
+        a table without key columns (``PRIMARY KEY ()``) has ``[]`` and ``None``."""
         if pk.get("constrained_columns"):
             pk.setdefault("name", PRIMARY_KEY_NAME)
         else:
+            pk["constrained_columns"] = []
             pk.setdefault("name", None)
         return pk
 
     def get_pk_constraint(self, table_name: str, schema: str | None = None, **kw: Any) -> Any:
+        apply_pending_ddl(self.bind)
         return self._fix_pk(dict(super().get_pk_constraint(table_name, schema, **kw)))
 
     def get_multi_pk_constraint(  # type: ignore[override]
@@ -217,6 +259,7 @@ class SpannerInspector(Inspector):
     ) -> Any:
         if kw.get("filter_names") is not None and not list(kw["filter_names"]):
             return {}
+        apply_pending_ddl(self.bind)
         found = super().get_multi_pk_constraint(schema, **kw)
         return {k: self._fix_pk(dict(v)) for k, v in found.items()}
 
@@ -254,6 +297,7 @@ class SpannerInspector(Inspector):
         return cached  # type: ignore[no-any-return,unused-ignore]
 
     def get_indexes(self, table_name: str, schema: str | None = None, **kw: Any) -> Any:
+        apply_pending_ddl(self.bind)
         return self._fix_indexes(table_name, super().get_indexes(table_name, schema, **kw))
 
     def get_multi_indexes(  # type: ignore[override]
@@ -261,6 +305,7 @@ class SpannerInspector(Inspector):
     ) -> Any:
         if kw.get("filter_names") is not None and not list(kw["filter_names"]):
             return {}
+        apply_pending_ddl(self.bind)
         found = super().get_multi_indexes(schema, **kw)
         return {k: self._fix_indexes(k[1], v) for k, v in found.items()}
 

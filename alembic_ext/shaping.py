@@ -112,12 +112,27 @@ def _order_key(op: ops.MigrateOperation) -> int:
 def order_in_table(found: list[ops.MigrateOperation]) -> list[ops.MigrateOperation]:
     """Ops on one table in the order Spanner accepts: add columns, create indexes and
     markers, then drop indexes, constraints, columns (Spanner refuses to drop a column an
-    index or CHECK still uses). A changed index (same name) goes before it comes back; a
-    replaced one (new name) stays until its successor exists."""
-    recreated = {o.index_name for o in found if isinstance(o, ops.CreateIndexOp)}
+    index or CHECK still uses). A changed index or constraint goes before it comes back
+    under the same name (Spanner compares names case-insensitively: ``fk_a`` and
+    ``FK_A`` collide, "Duplicate name in schema"); a replaced one (new name) stays until
+    its successor exists."""
+
+    def folded(name: Any) -> str | None:
+        return name.lower() if isinstance(name, str) else None
+
+    recreated = {folded(o.index_name) for o in found if isinstance(o, ops.CreateIndexOp)}
+    readded = {
+        folded(getattr(o, "constraint_name", None))
+        for o in found
+        if isinstance(o, ops.AddConstraintOp)
+    }
+    recreated.discard(None)
+    readded.discard(None)
 
     def key(o: ops.MigrateOperation) -> int:
-        if isinstance(o, ops.DropIndexOp) and o.index_name in recreated:
+        if isinstance(o, ops.DropIndexOp) and folded(o.index_name) in recreated:
+            return -1
+        if isinstance(o, ops.DropConstraintOp) and folded(o.constraint_name) in readded:
             return -1
         return _order_key(o)
 

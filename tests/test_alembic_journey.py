@@ -457,6 +457,7 @@ def test_first_revision_is_one_update_database_ddl_on_the_wire(
     mock_spanner.clear()
     with engine.connect() as conn:
         ctx = MigrationContext.configure(conn)
+        ctx.impl.start_migrations()  # as run_migrations does: batch the revision's DDL
         with Operations.context(ctx):
             module.upgrade()
         ctx.impl.flush_ddl()  # what the version row's write does at the end of a revision
