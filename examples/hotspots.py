@@ -196,6 +196,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     for f in naive:
         print(f"  {f.severity} {f.rule} {f.table}: {f.target}")
     print(f"lint, fixed schemas: {len(lint(Fixed))} findings")
+    if args.heatmaps:
+        Path(args.heatmaps).mkdir(parents=True, exist_ok=True)
     for name in scenarios(args.scale):
         if args.only and name != args.only:
             continue

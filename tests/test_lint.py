@@ -148,7 +148,8 @@ def test_cli_text_json_and_exit_codes(models_dir: Path, capsys: pytest.CaptureFi
     assert "ERROR   SO101 events: column ts" in out and "1 findings, 1 errors" in out
     assert main(["lint", "hot_models:Base", "--format", "json"]) == 1
     data = json.loads(capsys.readouterr().out)
-    assert data[0]["rule"] == "SO101" and data[0]["severity"] == "error"
+    assert data["command"] == "lint" and data["summary"]["error"] == 1
+    assert data["findings"][0]["rule"] == "SO101" and data["findings"][0]["severity"] == "error"
     assert main(["lint", "hot_models:empty"]) == 2
     assert "no tables" in capsys.readouterr().err
     assert main(["lint", "no_such_module:Base"]) == 2

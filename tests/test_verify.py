@@ -117,9 +117,17 @@ def test_cli_verify_text_json_and_exit_codes(
         )
     assert main(["verify", url, "verify_target:CrcLogEntry", "--format", "json"]) == 1
     data = json.loads(capsys.readouterr().out)
-    assert data["rows_checked"] == 50
-    assert data["mismatched"] == {"EntryShardId": 0, "EntryShardV2": 1}
-    assert data["ok"] is False
+    assert data["command"] == "verify" and data["summary"]["rows_checked"] == 50
+    assert data["summary"]["tables"][0]["mismatched"] == {"EntryShardId": 0, "EntryShardV2": 1}
+    assert data["summary"]["ok"] is False
+    assert data["findings"] == [
+        {
+            "table": "LogEntries",
+            "shard_column": "EntryShardV2",
+            "mismatched": 1,
+            "method": "client scan",
+        }
+    ]
 
 
 def test_cli_verify_bad_target_exits_2(

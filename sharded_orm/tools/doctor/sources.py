@@ -105,7 +105,7 @@ def split_row(row: Mapping[str, Any], where: str) -> SplitRow:
         )
     try:
         score = int(float(upper["CPU_USAGE_SCORE"]))
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise ShardValueError(
             f"{where}: CPU_USAGE_SCORE {upper['CPU_USAGE_SCORE']!r} is not a number"
         ) from None
@@ -119,23 +119,59 @@ def split_row(row: Mapping[str, Any], where: str) -> SplitRow:
     )
 
 
+#: the largest export doctor reads (a minute view keeps at most 100 rows per interval)
+MAX_FILE_BYTES = 512 << 20
+
+
+def _read_text(p: Path) -> str:
+    size = p.stat().st_size
+    if size > MAX_FILE_BYTES:
+        raise ShardValueError(
+            f"{str(p)!r} is {size:,} bytes, more than doctor reads ({MAX_FILE_BYTES:,}): "
+            "export a shorter window (--since, or a WHERE INTERVAL_END >= ... in the export)"
+        )
+    data = p.read_bytes()
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise ShardValueError(
+            f"{str(p)!r} is not UTF-8 text (byte {data[exc.start]:#04x} at offset {exc.start}): "
+            "export the statistics as UTF-8 CSV or JSON"
+        ) from None
+
+
 def rows_from_file(path: str | Path) -> list[dict[str, Any]]:
     """Rows exported as CSV (a header of column names) or JSON (a list of objects)."""
     p = Path(path)
     if not p.is_file():
         raise ShardConfigError(f"no such file: {str(p)!r} (give a CSV or JSON export)")
-    text = p.read_text(encoding="utf-8")
+    text = _read_text(p)
     if p.suffix.lower() == ".json" or text.lstrip().startswith(("[", "{")):
         try:
             data = json.loads(text)
+        except RecursionError:
+            raise ShardValueError(
+                f"{str(p)!r} is nested too deeply to be a split statistics export "
+                "(a JSON list of row objects)"
+            ) from None
         except ValueError as exc:
-            raise ShardValueError(f"{str(p)!r} is not valid JSON: {exc}") from None
+            raise ShardValueError(f"{str(p)!r} is not valid JSON (truncated?): {exc}") from None
         if isinstance(data, dict):
             data = data.get("rows", data.get("results", [data]))
         if not isinstance(data, list):
             raise ShardValueError(f"{str(p)!r}: expected a JSON list of rows")
         return data
-    return list(csv.DictReader(text.splitlines()))
+    try:
+        rows = list(csv.DictReader(text.splitlines()))
+    except csv.Error as exc:
+        raise ShardValueError(f"{str(p)!r} is not a readable CSV export: {exc}") from None
+    for i, row in enumerate(rows):
+        if None in row or None in row.values():  # a short or long line: a truncated file
+            raise ShardValueError(
+                f"{str(p)!r} line {i + 2}: {len([v for v in row.values() if v is not None])} "
+                "fields where the header has a different number (a truncated or edited export?)"
+            )
+    return rows
 
 
 def _is_emulator(engine: Any) -> bool:
@@ -202,7 +238,8 @@ def load_rows(source: Any, window: str, since: dt.datetime | None) -> list[Split
             "source must be an Engine on Spanner, an iterable of dicts keyed by the split "
             f"statistics columns, or a CSV/JSON file path; got {source!r}"
         )
-    rows = [split_row(r, f"row {i + 1}") for i, r in enumerate(raw)]
+    where = f"{str(source)!r} row" if isinstance(source, (str, Path)) else "row"
+    rows = [split_row(r, f"{where} {i + 1}") for i, r in enumerate(raw)]
     if since is not None:
         rows = [r for r in rows if r.interval_end >= since]
     return rows

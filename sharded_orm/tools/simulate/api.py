@@ -10,6 +10,7 @@ from typing import Any
 from sqlalchemy import Table
 
 from sharded_orm.errors import ShardConfigError, ShardTypeError
+from sharded_orm.progress import Mode
 from sharded_orm.schema.columns import table_of
 from sharded_orm.tools.simulate.instance import Instance, spaces_of
 from sharded_orm.tools.simulate.results import Comparison
@@ -70,12 +71,15 @@ def simulate(
     instance: Instance | None = None,
     *,
     heatmap: str | Path | None = None,
+    progress_mode: Mode = "auto",
 ) -> Comparison:
     """Run ``workload`` against each schema and compare them.
 
     ``schemas``: a mapped class or a ``Table``, a list of them (named after the class or
     table), or a mapping of name -> class/Table to compare side by side. The same rows
     (same seed) go to every schema. ``heatmap``: write a PNG there (needs matplotlib).
+    Each run reports through :mod:`sharded_orm.progress` (``progress_mode``: ``"auto"``, a bar
+    on a terminal and log lines elsewhere; ``"off"``).
     """
     if not isinstance(workload, Workload):
         raise ShardTypeError(f"workload must be a Workload, got {workload!r}")
@@ -90,7 +94,7 @@ def simulate(
         from sharded_orm.tools.simulate.heatmap import check_output_path
 
         check_output_path(heatmap)
-    results = [Run(name, table, workload, instance).run() for name, table in items]
+    results = [Run(name, table, workload, instance).run(progress_mode) for name, table in items]
     comparison = Comparison(workload, instance, results)
     if heatmap is not None:
         comparison.heatmap(heatmap)

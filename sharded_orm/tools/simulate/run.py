@@ -10,6 +10,7 @@ from typing import Any
 
 from sqlalchemy import Column, Table
 
+from sharded_orm.progress import Mode, Progress, progress
 from sharded_orm.tools.simulate.instance import Instance, KeySpace, SplitModel, quantiles, spaces_of
 from sharded_orm.tools.simulate.results import SimulationResult
 from sharded_orm.tools.simulate.workload import EPOCH, ONE_US, RowMaker, Workload
@@ -50,7 +51,12 @@ class Run:
         self.maker = RowMaker(table, workload, key_columns(self.spaces))
         self.model = SplitModel(self.spaces, instance)
 
-    def run(self) -> SimulationResult:
+    def run(self, progress_mode: Mode = "auto") -> SimulationResult:
+        """Write the workload's rows tick by tick, reporting through :mod:`sharded_orm.progress`."""
+        with progress(self.w.rows, f"simulate {self.name}", mode=progress_mode) as bar:
+            return self._run(bar)
+
+    def _run(self, bar: Progress) -> SimulationResult:
         started = time.perf_counter()
         w, inst = self.w, self.inst
         rng = random.Random(w.seed)
@@ -137,6 +143,7 @@ class Run:
                     if sample_it:
                         sample.append(k)
             done += n
+            bar.advance(n)
             seconds = inst.tick * n / tick_rows
             heat.append(hb)
             self.model.end_tick(node_writes, split_writes, seconds)

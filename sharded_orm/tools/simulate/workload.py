@@ -42,6 +42,10 @@ INSERT_ORDERS = ("time", "key", "random")
 #: Rows above which ``insert_order="key"`` refuses to materialise and sort the data set.
 MAX_SORTED_ROWS = 3_000_000
 MAX_ROWS = 50_000_000
+#: tenants a workload may name (each has a weight and its own values)
+MAX_TENANTS = 1_000_000
+#: the longest history or duration, in seconds (100 years: timestamps stay representable)
+MAX_SECONDS = 100 * 365 * 86400
 UTC = dt.timezone.utc
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=UTC)
 ONE_US = dt.timedelta(microseconds=1)
@@ -111,6 +115,11 @@ class Workload:
                 check_number("each tenant weight", w)
             if self.zipf:
                 raise ShardConfigError("give tenant_weights or zipf, not both")
+        if self.tenants > MAX_TENANTS:
+            raise ShardConfigError(
+                f"tenants={self.tenants} is more than the simulator models ({MAX_TENANTS:,}); "
+                "the busiest tenants decide the hotspots: model the top ones and weight them"
+            )
         if self.insert_order not in INSERT_ORDERS:
             raise ShardConfigError(
                 f"insert_order must be one of {', '.join(INSERT_ORDERS)}, got {self.insert_order!r}"
@@ -120,6 +129,12 @@ class Workload:
                 raise ShardTypeError(f"history must be a number of seconds, got {self.history!r}")
             if not math.isfinite(self.history) or self.history < 0:
                 raise ShardConfigError(f"history must be >= 0 seconds, got {self.history!r}")
+        for what, seconds in (("duration", self.duration), ("history", self.history or 0)):
+            if seconds > MAX_SECONDS:
+                raise ShardConfigError(
+                    f"{what}={seconds:g} seconds is more than 100 years ({MAX_SECONDS:g} s): "
+                    "give seconds, e.g. 3600 for an hour"
+                )
         rows = self.rows
         if rows < 1:
             raise ShardConfigError(

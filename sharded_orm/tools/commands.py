@@ -1,0 +1,427 @@
+"""The ``sharded-orm`` subcommands: one ``add_<name>(subparsers)`` and ``cmd_<name>(args)`` each.
+
+The contract they keep (exit codes, the JSON envelope, targets) is in :mod:`.cli`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from sharded_orm.errors import ShardingError
+from sharded_orm.tools.contract import (
+    EXIT_FINDINGS,
+    EXIT_OK,
+    Formatter,
+    emit,
+    envelope,
+    output_args,
+)
+from sharded_orm.tools.lint import lint
+from sharded_orm.tools.targets import load_target, tables_of
+
+TARGET_HELP = (
+    "MODULE:ATTR, imported from the current directory: a mapped class or Table means that "
+    "table; a declarative base, a MetaData or a module means all its tables"
+)
+
+
+def check_url(url: str) -> Any:
+    """The parsed ``url``, or a ShardingError: a SQLite file must exist (never created)."""
+    import sqlalchemy as sa
+
+    try:
+        parsed = sa.engine.make_url(url)
+    except sa.exc.ArgumentError:
+        raise ShardingError(
+            f"{url!r} is not a database URL; e.g. sqlite:///app.db or "
+            "spanner+spanner:///projects/P/instances/I/databases/D"
+        ) from None
+    if parsed.get_backend_name() == "sqlite":
+        db = parsed.database or ""
+        if db not in ("", ":memory:") and not db.startswith("file:"):
+            path = Path(db)
+            if not path.is_file():
+                what = "is a directory" if path.is_dir() else "does not exist"
+                raise ShardingError(
+                    f"no SQLite database at {db!r}: the path {what} (sharded-orm opens "
+                    "existing databases only, it never creates one)"
+                )
+    return parsed
+
+
+def create_engine(url: str) -> Any:
+    """An engine for ``url``, or a ShardingError naming the URL (exit 2, no traceback)."""
+    import sqlalchemy as sa
+
+    parsed = check_url(url)
+    try:
+        return sa.create_engine(parsed)
+    except (sa.exc.ArgumentError, sa.exc.NoSuchModuleError) as exc:
+        raise ShardingError(
+            f"{url!r} is not a usable database URL ({exc}); e.g. "
+            "spanner+spanner:///projects/P/instances/I/databases/D"
+        ) from None
+    except ImportError as exc:
+        raise ShardingError(
+            f"the driver for {parsed.drivername!r} is not installed ({exc}): install it "
+            "(for Spanner: pip install sharded-orm, which brings google-cloud-spanner)"
+        ) from None
+
+
+def database_errors(url: str) -> Any:
+    """A context turning a database's own error (cannot open, not a database) into one line."""
+    import contextlib
+
+    import sqlalchemy as sa
+
+    @contextlib.contextmanager
+    def guard() -> Any:
+        try:
+            yield
+        except sa.exc.DBAPIError as exc:
+            reason = " ".join(str(exc.orig).split()) or type(exc.orig).__name__
+            raise ShardingError(f"database {url!r}: {reason}") from None
+
+    return guard()
+
+
+# --- lint -------------------------------------------------------------------------------------
+
+
+def cmd_lint(args: argparse.Namespace) -> int:
+    findings = lint(load_target(args.target))
+    counts = {s: sum(f.severity == s for f in findings) for s in ("error", "warning", "advice")}
+    tables = len({f.table for f in findings})
+
+    def text() -> str:
+        lines = [str(f) for f in findings]
+        lines.append(f"{len(findings)} findings, {counts['error']} errors")
+        return "\n".join(lines)
+
+    summary = {"findings": len(findings), "tables_with_findings": tables, **counts}
+    emit(args, lambda: envelope("lint", summary, findings=[f.as_dict() for f in findings]), text)
+    return EXIT_FINDINGS if counts["error"] else EXIT_OK
+
+
+def add_lint(sub: Any) -> None:
+    p = sub.add_parser(
+        "lint",
+        help="lint models for hotspots (exit 1 on errors)",
+        description="Read the models (never running their functions) and report keys and "
+        "indexes that would be hotspots on Spanner. Exit 1 when a finding is an error.",
+        formatter_class=Formatter,
+    )
+    p.add_argument("target", help=TARGET_HELP)
+    output_args(p)
+    p.set_defaults(func=cmd_lint)
+
+
+# --- simulate ---------------------------------------------------------------------------------
+
+
+def _pair(text: str, what: str) -> tuple[str, str]:
+    name, sep, value = text.partition("=")
+    if not sep or not name or not value:
+        raise ShardingError(f"{what} takes NAME=VALUE, got {text!r}")
+    return name, value
+
+
+def simulate_schemas(specs: list[str]) -> dict[str, Any]:
+    """``[NAME=]MODULE:ATTR`` targets as name -> Table (a base or module: all its tables)."""
+    schemas: dict[str, Any] = {}
+    for spec in specs:
+        name, sep, path = spec.partition("=")
+        obj = load_target(path if sep else spec)
+        tables = tables_of(obj)
+        if sep and len(tables) > 1:
+            raise ShardingError(
+                f"{spec!r} names {len(tables)} tables: a NAME= goes with one class or Table"
+            )
+        for table in tables:
+            key = name if sep else (spec.rpartition(":")[2] if len(tables) == 1 else table.name)
+            if key in schemas:
+                raise ShardingError(f"two schemas are named {key!r}: write name=module:attr")
+            schemas[key] = table
+    return schemas
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    from sharded_orm.tools.simulate import Instance, Workload, simulate
+
+    schemas = simulate_schemas(args.targets)
+    weights = None
+    if args.tenant_weights:
+        try:
+            weights = tuple(float(x) for x in args.tenant_weights.split(","))
+        except ValueError:
+            raise ShardingError(
+                f"--tenant-weights takes numbers separated by commas, got {args.tenant_weights!r}"
+            ) from None
+    tenants = args.tenants if args.tenants is not None else len(weights or (1,))
+    workload = Workload(
+        rows_per_second=args.rows_per_second,
+        duration=args.duration,
+        tenants=tenants,
+        zipf=args.zipf,
+        tenant_weights=weights,
+        users_per_tenant=args.users_per_tenant,
+        insert_order=args.insert_order,
+        history=args.history,
+        roles=dict(_pair(r, "--role") for r in args.role),
+        seed=args.seed,
+    )
+    instance = Instance(nodes=args.nodes, node_capacity=args.node_capacity, tick=args.tick)
+    result = simulate(schemas, workload, instance, heatmap=args.heatmap)
+    rows = result.as_dict()["results"]
+    summary = {
+        "schemas": len(rows),
+        "rows": workload.rows,
+        "nodes": instance.nodes,
+        "hottest_split_share": {r["name"]: r["hottest_split_share"] for r in rows},
+    }
+    emit(args, lambda: envelope("simulate", summary, results=rows), result.summary)
+    return EXIT_OK
+
+
+def add_simulate(sub: Any) -> None:
+    p = sub.add_parser(
+        "simulate",
+        help="replay a workload through the models on a modelled Spanner instance",
+        description="Replay a write workload through the models (keys, shards and ids as the "
+        "library writes them) on a modelled instance whose ranges split on size and load, and "
+        "compare the schemas side by side.",
+        formatter_class=Formatter,
+    )
+    p.add_argument(
+        "targets",
+        nargs="+",
+        metavar="[NAME=]MODULE:ATTR",
+        help="a mapped class or Table (a base or module: each of its tables); give several "
+        "to compare them side by side",
+    )
+    p.add_argument("--rows-per-second", type=float, required=True, help="rows written per second")
+    p.add_argument("--duration", type=float, required=True, help="seconds of traffic")
+    p.add_argument(
+        "--tenants",
+        type=int,
+        default=None,
+        help="number of tenants (default: 1, or one per --tenant-weights)",
+    )
+    p.add_argument("--zipf", type=float, default=0.0, help="tenant skew exponent (0: none)")
+    p.add_argument("--tenant-weights", default=None, help="one write weight per tenant, e.g. 1,3,1")
+    p.add_argument("--users-per-tenant", type=int, default=1000, help="users of each tenant")
+    p.add_argument(
+        "--insert-order",
+        choices=("time", "key", "random"),
+        default="time",
+        help="time: live traffic; key: a bulk load sorted by key; random: shuffled",
+    )
+    p.add_argument(
+        "--history",
+        type=float,
+        default=None,
+        help="seconds of rows that exist already (default: --duration for live traffic, "
+        "0 for a bulk load)",
+    )
+    p.add_argument(
+        "--role",
+        action="append",
+        default=[],
+        metavar="COLUMN=ROLE",
+        help="how a column's values are made (time, tenant, user, uuid4, uuid7, counter, "
+        "bit_reversed, random, constant); repeat for several columns",
+    )
+    p.add_argument("--seed", type=int, default=0, help="random seed (same seed, same rows)")
+    p.add_argument("--nodes", type=int, default=3, help="nodes of the modelled instance")
+    p.add_argument("--node-capacity", type=float, default=3500.0, help="writes/s per node")
+    p.add_argument("--tick", type=float, default=10.0, help="seconds per time step")
+    output_args(p, heatmap=True)
+    p.set_defaults(func=cmd_simulate)
+
+
+# --- doctor -----------------------------------------------------------------------------------
+
+
+def _duration(text: str) -> float:
+    """Seconds from ``90``, ``90s``, ``10m``, ``2h`` or ``1d``."""
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    unit = text[-1:].lower()
+    number = text[:-1] if unit in units else text
+    try:
+        seconds = float(number) * units.get(unit, 1)
+    except ValueError:
+        seconds = float("nan")
+    if not 0 <= seconds < 1e11:  # NaN fails too
+        raise ShardingError(f"expected a duration like 90s, 10m, 2h or 1d, got {text!r}")
+    return seconds
+
+
+def _doctor_source(text: str) -> Any:
+    if "://" not in text:
+        return text  # a CSV or JSON export
+    from sharded_orm.tools.doctor import StatisticsUnavailableError
+
+    if not text.startswith("spanner"):
+        raise StatisticsUnavailableError(
+            f"{text!r} is not a Spanner URL: doctor reads Spanner's split statistics "
+            "(spanner+spanner:///projects/P/instances/I/databases/D) or a CSV/JSON export"
+        )
+    return create_engine(text)
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    import datetime as dt
+
+    from sharded_orm.tools.doctor import EmptyWindowError, doctor
+
+    since = dt.timedelta(seconds=_duration(args.since)) if args.since else None
+    threshold = _duration(args.threshold)
+    models = load_target(args.models)
+    try:
+        diagnosis = doctor(_doctor_source(args.source), models, window=args.window, since=since)
+    except EmptyWindowError as exc:
+        message = f"no hot splits: {exc}"
+        summary = {"hot_split_rows": 0, "message": message}
+        emit(args, lambda: envelope("doctor", summary, findings=[]), lambda: message)
+        return EXIT_OK
+    if args.heatmap:
+        diagnosis.heatmap(args.heatmap)
+    info = diagnosis.as_dict()
+    findings = info.pop("findings")
+    hot = diagnosis.hot_longer_than(threshold)
+    summary = {**info, "threshold_seconds": threshold, "hot_longer_than_threshold": hot}
+    emit(args, lambda: envelope("doctor", summary, findings=findings), diagnosis.table)
+    return EXIT_FINDINGS if hot else EXIT_OK
+
+
+def add_doctor(sub: Any) -> None:
+    p = sub.add_parser(
+        "doctor",
+        help="read Spanner's hot-split statistics and say what to change (exit 1 when hot)",
+        description="Map Spanner's hot splits (SPANNER_SYS.SPLIT_STATS_TOP_*) back to the "
+        "models and name the fix. Exit 1 when a split stayed hot longer than --threshold.",
+        formatter_class=Formatter,
+    )
+    p.add_argument(
+        "source", help="a spanner+spanner:// URL, or a CSV/JSON export of SPLIT_STATS_TOP_*"
+    )
+    p.add_argument("models", help=TARGET_HELP)
+    p.add_argument(
+        "--window",
+        choices=("minute", "10minute", "hour"),
+        default="minute",
+        help="which statistics view to read",
+    )
+    p.add_argument(
+        "--since",
+        default=None,
+        help="how far back, e.g. 2h (default: a whole export; 6h from a database)",
+    )
+    p.add_argument(
+        "--threshold",
+        default="10m",
+        help="exit 1 when a split was hot (CPU score 100) longer than this",
+    )
+    output_args(p, heatmap=True)
+    p.set_defaults(func=cmd_doctor)
+
+
+# --- verify -----------------------------------------------------------------------------------
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    """Exit 0 when every row's shards agree with their sources, 1 when some do not."""
+    from sharded_orm.load.verify import verify
+
+    tables = tables_of(load_target(args.target), sharded_only=True)
+    engine = create_engine(args.url)
+    try:
+        with database_errors(args.url):
+            reports = [verify(engine, t) for t in tables]
+    finally:
+        engine.dispose()
+    ok = all(r.ok for r in reports)
+
+    def text() -> str:
+        lines = []
+        for report in reports:
+            width = max(len("shard column"), *(len(n) for n in report.mismatched))
+            lines.append(f"{'shard column':<{width}}  {'mismatched':>10}  method")
+            for name, bad in report.mismatched.items():
+                lines.append(f"{name:<{width}}  {bad:>10}  {report.methods.get(name, '')}")
+            verdict = "ok" if report.ok else "MISMATCHES FOUND"
+            lines.append(f"{report.table}: {report.rows_checked} rows checked, {verdict}")
+        return "\n".join(lines)
+
+    findings = [
+        {"table": r.table, "shard_column": name, "mismatched": bad, "method": r.methods.get(name)}
+        for r in reports
+        for name, bad in r.mismatched.items()
+        if bad
+    ]
+    summary = {
+        "ok": ok,
+        "tables": [r.as_dict() for r in reports],
+        "rows_checked": sum(r.rows_checked for r in reports),
+        "mismatched": sum(sum(r.mismatched.values()) for r in reports),
+    }
+    emit(args, lambda: envelope("verify", summary, findings=findings), text)
+    return EXIT_OK if ok else EXIT_FINDINGS
+
+
+def add_verify(sub: Any) -> None:
+    p = sub.add_parser(
+        "verify",
+        help="count rows whose stored shard disagrees with its sources (exit 1)",
+        description="Recompute every row's shard columns from their sources and count the "
+        "rows that disagree. Exit 1 when one does.",
+        formatter_class=Formatter,
+    )
+    p.add_argument("url", help="SQLAlchemy URL of an existing database")
+    p.add_argument("target", help=TARGET_HELP + " (those with shard columns)")
+    output_args(p)
+    p.set_defaults(func=cmd_verify)
+
+
+# --- backfill ---------------------------------------------------------------------------------
+
+
+def cmd_backfill(args: argparse.Namespace) -> int:
+    """Runs ``python -m alembic_ext.backfill`` (the code ``op.backfill_shard`` runs)."""
+    create_engine(args.url).dispose()  # the URL's errors, in the contract's words
+    argv = [args.url, args.table, args.column, "--sources", *args.sources]
+    argv += ["--count", str(args.count), "--algorithm", args.algorithm]
+    argv += ["--batch-size", str(args.batch_size)]
+    entry: Callable[[list[str]], int] = importlib.import_module("alembic_ext.backfill").main
+    with database_errors(args.url):
+        return int(entry(argv))
+
+
+def add_backfill(sub: Any) -> None:
+    from sharded_orm.hashing import ALGORITHMS
+
+    p = sub.add_parser(
+        "backfill",
+        help="fill a shard column of existing rows, then verify them",
+        description="Fill COLUMN of TABLE's existing rows from its sources and verify every "
+        "row (what a migration's op.backfill_shard runs); safe to run again after a failure.",
+        formatter_class=Formatter,
+    )
+    p.add_argument("url", help="SQLAlchemy URL of an existing database")
+    p.add_argument("table", help="the table's name in the database")
+    p.add_argument("column", help="the shard column to fill")
+    p.add_argument(
+        "--sources", nargs="+", required=True, help="the shard's source columns, in order"
+    )
+    p.add_argument("--count", type=int, required=True, help="number of shards")
+    p.add_argument("--algorithm", choices=ALGORITHMS, default="crc32", help="the shard hash")
+    p.add_argument("--batch-size", type=int, default=500, help="rows per write batch")
+    p.set_defaults(func=cmd_backfill)
+
+
+#: one ``add_<name>(subparsers)`` per subcommand, each pointing at its ``cmd_<name>``
+SUBCOMMANDS = (add_lint, add_simulate, add_doctor, add_verify, add_backfill)

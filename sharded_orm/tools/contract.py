@@ -1,0 +1,95 @@
+"""The pieces of the ``sharded-orm`` contract every subcommand shares (see :mod:`.cli`):
+exit codes, the one-line usage error, help with defaults, the JSON envelope, the output options.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable
+from typing import Any, NoReturn
+
+from sharded_orm.errors import ShardingError
+
+EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
+
+
+class UsageError(ShardingError):
+    """A command line argparse refused (exit 2, one line)."""
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with the contract's one-line usage error instead of usage text + exit."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{self.prog}: {message} (see {self.prog} --help)")
+
+
+class Formatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows every option's default, except None/False (their help says what they mean)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.default in (None, False, argparse.SUPPRESS) or action.default == []:
+            return action.help
+        return super()._get_help_string(action)
+
+
+def version() -> str:
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as dist_version
+
+    try:
+        return dist_version("sharded-orm")
+    except PackageNotFoundError:  # pragma: no cover - run from a source tree
+        return "unknown"
+
+
+def envelope(
+    command: str,
+    summary: dict[str, Any],
+    *,
+    findings: list[Any] | None = None,
+    results: list[Any] | None = None,
+) -> dict[str, Any]:
+    """The one JSON shape of every subcommand's ``--format json``."""
+    if (findings is None) == (results is None):
+        raise ValueError("an envelope has findings or results, not both")
+    out: dict[str, Any] = {"command": command, "version": version(), "summary": summary}
+    if findings is not None:
+        out["findings"] = findings
+    else:
+        out["results"] = results
+    return out
+
+
+def emit(
+    args: argparse.Namespace,
+    as_json: Callable[[], dict[str, Any]],
+    text: Callable[[], str],
+) -> None:
+    """Print the JSON envelope (--format json), else the text report (and the heatmap path)."""
+    if args.format == "json":
+        print(json.dumps(as_json(), indent=2, default=str))
+    else:
+        print(text())
+        if getattr(args, "heatmap", None):
+            print(f"heatmap: {args.heatmap}")
+
+
+def output_args(p: argparse.ArgumentParser, *, heatmap: bool = False) -> None:
+    """The output options: ``--heatmap PNG`` (simulate, doctor) and ``--format``."""
+    if heatmap:
+        p.add_argument(
+            "--heatmap",
+            default=None,
+            metavar="PNG",
+            help="also draw a heatmap into this PNG file (needs matplotlib: "
+            "pip install 'sharded-orm[heatmap]')",
+        )
+    p.add_argument(
+        "--format",
+        choices=("text", "json"),
+        default="text",
+        help="text for people, json for programs (one envelope: command, version, summary, "
+        "findings or results)",
+    )
