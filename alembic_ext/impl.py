@@ -108,10 +108,23 @@ def string_literal_value(sql: str) -> str | None:
     return re.sub(r"\\(.)", lambda e: _ESCAPES.get(e.group(1), e.group(1)), body)
 
 
+def _wrapped(sql: str) -> bool:
+    """True when the outer parentheses of ``sql`` enclose all of it: ``(a + b)``, not
+    ``(a) + (b)``."""
+    if not (sql.startswith("(") and sql.endswith(")")):
+        return False
+    depth = 0
+    for i, ch in enumerate(sql):
+        depth += {"(": 1, ")": -1}.get(ch, 0)
+        if depth == 0 and i < len(sql) - 1:
+            return False
+    return True
+
+
 def _expression_form(sql: str) -> str:
-    """A default expression with spacing, case and outer parentheses removed."""
+    """A default expression with spacing, case and enclosing parentheses removed."""
     sql = " ".join(sql.split()).lower()
-    while sql.startswith("(") and sql.endswith(")"):
+    while _wrapped(sql):
         sql = sql[1:-1].strip()
     return sql
 
