@@ -7,7 +7,7 @@ from alembic.runtime.migration import MigrationContext
 from hypothesis import given
 from hypothesis import strategies as st
 
-from alembic_ext.impl import string_literal_value
+from alembic_ext.defaults import string_literal_value
 from sharded_orm.spanner.dialect import SpannerDialect
 
 
