@@ -47,8 +47,8 @@ from sharded_orm.checks import quote_identifier
 from sharded_orm.errors import ShardConfigError
 from sharded_orm.spanner.mutations import database_of
 
+from . import defaults, reflection
 from . import ops as _ops  # noqa: F401  (registers op.backfill_shard, op.alter_index_storing)
-from . import reflection
 from .errors import MigrationError
 from .render import chain_render_item
 
@@ -87,33 +87,6 @@ _IDEMPOTENT = [
     (re.compile(r"^(\s*DROP\s+(?:TABLE|INDEX)\s+)(?!IF\s)", re.I), r"\1IF EXISTS "),
     (re.compile(r"^(\s*ALTER\s+TABLE\s+\S+\s+ADD\s+COLUMN\s+)(?!IF\s)", re.I), r"\1IF NOT EXISTS "),
 ]
-
-
-_STRING_LITERAL = re.compile(r"""^\s*([rR]?)('''|\"\"\"|'|")(.*)\2\s*$""", re.DOTALL)
-_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "0": "\0"}
-
-
-def string_literal_value(sql: str) -> str | None:
-    """The value of a GoogleSQL string literal (``'it\\'s'``, ``"plain"``, raw and
-    triple-quoted ones), or None for anything else (an expression, two literals)."""
-    m = _STRING_LITERAL.match(sql)
-    if m is None:
-        return None
-    raw, quote, body = bool(m.group(1)), m.group(2), m.group(3)
-    plain = body if raw else re.sub(r"\\.", "", body)
-    if quote in plain or (raw and body.endswith("\\")):
-        return None  # the quote closes earlier: not one literal
-    if raw:
-        return body
-    return re.sub(r"\\(.)", lambda e: _ESCAPES.get(e.group(1), e.group(1)), body)
-
-
-def _expression_form(sql: str) -> str:
-    """A default expression with spacing, case and outer parentheses removed."""
-    sql = " ".join(sql.split()).lower()
-    while sql.startswith("(") and sql.endswith(")"):
-        sql = sql[1:-1].strip()
-    return sql
 
 
 def _info_signature(info: reflection.IndexInfo) -> dict[str, Any]:
@@ -437,19 +410,9 @@ class SpannerImpl(DefaultImpl):
         rendered_metadata_default: str | None,
         rendered_inspector_default: str | None,
     ) -> bool:
-        """Spanner reflects a default as the SQL it stores: a string default comes back
-        as a quoted literal (``'plain'`` or ``"plain"``), an expression possibly in
-        parentheses. Compare values for strings, normalized SQL for expressions."""
-        if rendered_metadata_default is None or rendered_inspector_default is None:
-            return rendered_metadata_default != rendered_inspector_default
-        real = string_literal_value(rendered_inspector_default)
-        arg = getattr(metadata_column.server_default, "arg", None)
-        meta = arg if isinstance(arg, str) else string_literal_value(rendered_metadata_default)
-        if real is not None and meta is not None:
-            return real != meta
-        # an expression (``5``, ``CURRENT_TIMESTAMP()``) on either side
-        return _expression_form(rendered_inspector_default) != _expression_form(
-            rendered_metadata_default
+        """Spanner reflects a default as the SQL it stores (see :mod:`.defaults`)."""
+        return defaults.differs(
+            metadata_column.server_default, rendered_metadata_default, rendered_inspector_default
         )
 
     def compare_type(

@@ -43,7 +43,18 @@ from sqlalchemy.testing.plugin.pytestplugin import (  # noqa: E402
 
 def pytest_sessionstart(session):
     _sqla_sessionstart(session)
-    if MODE == "ours":
+    import sys
+
+    from sqlalchemy.testing import config
+
+    dialect_module = type(config.db.dialect).__module__
+    if MODE == "stock":
+        # the comparison means nothing if sharded-orm got in (an entry point, a plugin)
+        loaded = sorted(m for m in sys.modules if m.startswith("sharded_orm"))
+        assert not loaded, f"stock run imported sharded-orm: {loaded[:5]}"
+        assert dialect_module.startswith("google.cloud.sqlalchemy_spanner"), dialect_module
+    else:
+        assert dialect_module == "sharded_orm.spanner.dialect", dialect_module
         _enable_sharded_orm_plugin()
 
 
