@@ -9,14 +9,16 @@ retried. Faults come from the project's gRPC fault proxy in front of the emulato
 
 from __future__ import annotations
 
+import datetime as dt
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
+from sharded_orm import ShardedIndex, UTCDateTime, merged, page, shard_column, sharded_select
 from sharded_orm.spanner.deadlines import DEFAULT_READ_TIMEOUT, TIMEOUT_OPTION
 
 pytestmark = pytest.mark.emulator
@@ -57,6 +59,44 @@ def _fails_within(seconds: float, read: Any) -> sa.exc.OperationalError:
     assert took < seconds + SLACK, f"the read took {took:.1f} s, deadline {seconds} s"
     assert "can be retried" in str(caught.value)
     return caught.value
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class Tick(Base):
+    __tablename__ = "ticks"
+    id: Mapped[int] = mapped_column(primary_key=True, autoincrement=False)
+    ts: Mapped[dt.datetime] = mapped_column(UTCDateTime)
+    s: Mapped[int] = shard_column("id", count=8)
+    __table_args__ = (ShardedIndex("ticks_by_ts", sa.desc("ts"), shard="s"),)
+
+
+@pytest.mark.parametrize("read", ["merged", "page"])
+def test_merged_and_page_end_within_the_connection_s_deadline(
+    faulty: tuple[sa.Engine, Any], read: str
+) -> None:
+    engine, proxy = faulty
+    Base.metadata.create_all(engine)
+    t0 = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
+    with engine.begin() as conn:
+        conn.execute(
+            Tick.__table__.insert(),
+            [{"id": i, "ts": t0 + dt.timedelta(seconds=i)} for i in range(50)],
+        )
+    stmt = sharded_select(Tick, index="ticks_by_ts").order_by(Tick.ts.desc())
+    proxy.stall_stream("ExecuteStreamingSql", 3600, after=0, times=100)
+
+    def run() -> None:
+        with engine.connect() as conn:
+            conn = conn.execution_options(timeout=DEADLINE)
+            if read == "merged":
+                merged(conn, stmt, 10)
+            else:
+                page(conn, stmt, 10)
+
+    _fails_within(DEADLINE, run)
 
 
 def test_the_default_deadline_is_documented() -> None:
