@@ -69,6 +69,13 @@ class _Deadline:
     def __init__(self, seconds: float) -> None:
         self.seconds = seconds
         self.at = time.monotonic() + seconds
+        #: the last attempt failed for want of time or of a server
+        self.failed = False
+
+    @property
+    def given_up(self) -> bool:
+        """The deadline passed, or an attempt under it failed: the read is over."""
+        return self.failed or time.monotonic() >= self.at
 
     def __call__(self, func: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(func)
@@ -77,7 +84,13 @@ class _Deadline:
             if left <= 0:
                 raise _api.DeadlineExceeded(f"deadline of {self.seconds:g} s reached")  # type: ignore[no-untyped-call]
             kwargs["timeout"] = left
-            return func(*args, **kwargs)
+            try:
+                result = func(*args, **kwargs)
+            except _READ_FAILURES:
+                self.failed = True
+                raise
+            self.failed = False
+            return result
 
         return within_deadline
 
@@ -137,6 +150,18 @@ class DeadlineConnection(_Bounded):
             request_options=request_options or self._inner.request_options,
             **self._options,
         )
+
+    @property
+    def _transaction(self) -> Any:
+        # When a statement's first read fails in a new read-write transaction, the DB-API
+        # cursor begins the transaction explicitly (``BeginTransaction``, under the
+        # client's own 30 s retry, with no deadline of ours) and runs it again. Once the
+        # read gave up that can only fail later: show it no transaction to begin, so it
+        # raises the read's error now.
+        deadline = self._options.get("timeout")
+        if isinstance(deadline, _Deadline) and deadline.given_up:
+            return None
+        return self._inner._transaction
 
     def snapshot_checkout(self) -> Any:
         snapshot = self._inner.snapshot_checkout()

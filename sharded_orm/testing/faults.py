@@ -9,6 +9,11 @@ it works for every method, the admin API included. Then:
 * ``proxy.lose_reply("Commit")``: the next Commit is applied by Spanner, then the client
   gets an error instead of the reply (a lost commit response: the outcome is unknown);
 * ``proxy.hang("Commit", seconds)``: the call waits, then fails with DEADLINE_EXCEEDED;
+* ``proxy.cut_stream("ExecuteStreamingSql", after=1)``: the next stream is cut with
+  ``code`` (UNAVAILABLE) after ``after`` result messages (a connection lost mid-result);
+* ``proxy.stall_stream("ExecuteStreamingSql", seconds, after=1)``: the next stream goes
+  silent after ``after`` messages for ``seconds`` (or the caller's deadline), then fails
+  with DEADLINE_EXCEEDED (a TCP pause, a server that stopped answering mid-result);
 * ``proxy.go_away()`` / ``proxy.come_back()``: the listener closes (calls in flight are
   cancelled, new ones are refused as when a server dies) and reopens on the same port.
 
@@ -42,11 +47,12 @@ _HOP_HEADERS = ("user-agent", "grpc-", ":")
 @dataclass
 class _Rule:
     method: str
-    mode: str  # "before", "after" (lost reply) or "hang"
+    mode: str  # "before", "after" (lost reply), "hang", "cut" or "stall" (mid-stream)
     code: str
     times: int
     message: str
     seconds: float = 0.0
+    after: int = 0  # "cut"/"stall": result messages passed before the fault
 
 
 class FaultProxy:
@@ -144,6 +150,22 @@ class FaultProxy:
         with DEADLINE_EXCEEDED without reaching Spanner."""
         self._add(_Rule(method, "hang", "DEADLINE_EXCEEDED", times, "hung by FaultProxy", seconds))
 
+    def cut_stream(self, method: str = "ExecuteStreamingSql", *, after: int = 1,
+                   code: str = "UNAVAILABLE", times: int = 1,
+                   message: str = "stream cut by FaultProxy") -> None:  # fmt: skip
+        """The next ``times`` streams of ``method`` pass ``after`` messages, then fail
+        with ``code``: a connection lost mid-result."""
+        self._add(_Rule(method, "cut", code, times, message, after=after))
+
+    def stall_stream(self, method: str = "ExecuteStreamingSql", seconds: float = 3600.0, *,
+                     after: int = 1, times: int = 1) -> None:  # fmt: skip
+        """The next ``times`` streams of ``method`` pass ``after`` messages, then send
+        nothing for ``seconds`` (or until the caller's deadline) and fail with
+        DEADLINE_EXCEEDED: a server gone silent mid-result."""
+        rule = _Rule(method, "stall", "DEADLINE_EXCEEDED", times, "stalled by FaultProxy")
+        rule.seconds, rule.after = seconds, after
+        self._add(rule)
+
     def clear(self) -> None:
         """Forget pending faults and the calls seen."""
         with self._lock:
@@ -186,10 +208,20 @@ class FaultProxy:
             context.abort(code, rule.message)
         if rule.mode == "hang":
             self._record(name, "hung")
-            left = context.time_remaining()
-            time.sleep(max(0.0, min(rule.seconds, left if left is not None else rule.seconds)))
+            self._wait(rule.seconds, context)
             context.abort(code, rule.message)
         return rule
+
+    @staticmethod
+    def _wait(seconds: float, context: Any) -> None:
+        """Sleep ``seconds``, or until the caller's deadline passes or it goes away."""
+        end = time.monotonic() + seconds
+        while context.is_active():
+            left = context.time_remaining()
+            step = min(end - time.monotonic(), left if left is not None else seconds, 0.05)
+            if step <= 0:
+                return
+            time.sleep(step)
 
     def _forward_args(self, context: Any) -> dict[str, Any]:
         metadata = [
@@ -218,12 +250,29 @@ class FaultProxy:
 
     def stream(self, method: str, name: str, request: bytes, context: Any) -> Iterator[bytes]:
         rule = self._before(name, context)
+        midway = rule if rule is not None and rule.mode in ("cut", "stall") else None
+        sent = 0
         try:
-            yield from self._channel.unary_stream(method)(request, **self._forward_args(context))
+            for reply in self._channel.unary_stream(method)(request, **self._forward_args(context)):
+                if midway is not None and sent >= midway.after:
+                    self._midway(name, midway, context)
+                yield reply
+                sent += 1
+            if midway is not None:  # the stream ended before the fault: fault at its end
+                self._midway(name, midway, context)
         except self._grpc.RpcError as exc:
             self._record(name, f"upstream {exc.code().name}")
             context.abort(exc.code(), exc.details() or "")
-        self._after(name, rule, context)
+        self._after(name, None if midway is not None else rule, context)
+
+    def _midway(self, name: str, rule: _Rule, context: Any) -> None:
+        code = getattr(self._grpc.StatusCode, rule.code.upper())
+        if rule.mode == "stall":
+            self._record(name, f"stalled after {rule.after}")
+            self._wait(rule.seconds, context)
+        else:
+            self._record(name, f"cut after {rule.after}")
+        context.abort(code, rule.message)
 
 
 class _Handler:
