@@ -1,16 +1,17 @@
-"""page(): signed cursors, bound to their query."""
+"""page(): encrypted, authenticated cursors, bound to their query."""
 
 from __future__ import annotations
 
 import base64
 import datetime as dt
+import hashlib
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
 from seed_models import LogEntry, Sharded
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
 from sharded_orm import (
     CursorError,
@@ -87,22 +88,40 @@ def test_tampered_cursors(conn: sa.Connection) -> None:
     cursor = page(conn, acme(), 3).next_cursor
     assert cursor is not None
     raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-    for i in (0, 31, 32, len(raw) // 2, len(raw) - 1):  # signature and body bytes
+    for i in (0, 9, 31, 32, len(raw) // 2, len(raw) - 1):  # header, IV, body and MAC bytes
         bad = bytearray(raw)
         bad[i] ^= 1
-        edited = base64.urlsafe_b64encode(bytes(bad)).decode().rstrip("=")
+        edited = base64.urlsafe_b64encode(bytes(bad)).decode()
         with pytest.raises(CursorError, match="altered"):
             page(conn, acme(), 3, edited)
-    # a body rewritten to jump ahead, re-encoded without the key
-    assert b"2024-01-01" in raw
-    forged = raw[:32] + raw[32:].replace(b"2024-01-01", b"2023-01-01")
-    with pytest.raises(CursorError):
-        page(conn, acme(), 3, base64.urlsafe_b64encode(forged).decode())
+    # a body rewritten to jump ahead, encrypted with a key that is not the secret's
+    from cryptography.fernet import Fernet
+
+    body = b'{"n":3,"q":"x","v":[["t","2023-01-01T00:00:00+00:00",0]]}'
+    with pytest.raises(CursorError, match="altered"):
+        page(conn, acme(), 3, Fernet(Fernet.generate_key()).encrypt(body).decode())
     for junk in ("not-a-cursor", "", "%%%"):
         with pytest.raises(CursorError):
             page(conn, acme(), 3, junk)
     with pytest.raises(CursorError, match="is the str"):
         page(conn, acme(), 3, 12)  # type: ignore[arg-type]
+
+
+def test_a_cursor_reveals_no_key_value(conn: sa.Connection) -> None:
+    """Issue 24 item 10: cursors were signed base64 JSON, showing the last row's sort
+    values (tenant ids, emails) to whoever held one. Now they are encrypted."""
+    stmt = sharded_select(LogEntry, index="LogEntriesByCompany").where(
+        LogEntry.company_id == "Acme"
+    )
+    p = page(Session(bind=conn), stmt, 3)
+    assert p.next_cursor is not None
+    last = p.rows[2]  # a LogEntry
+    raw = base64.urlsafe_b64decode(p.next_cursor + "=" * (-len(p.next_cursor) % 4))
+    for value in (last.user_id, last.ts.isoformat(), last.ts.strftime("%Y-%m-%d"), "Acme"):
+        for form in (raw, p.next_cursor.encode(), base64.b64encode(raw)):
+            assert str(value).encode() not in form
+    # the same values twice make two different cursors (a fresh IV each time)
+    assert page(conn, stmt, 3).next_cursor != p.next_cursor
 
 
 def test_cursor_signed_with_another_secret(
@@ -180,15 +199,13 @@ def test_secret_from_the_environment_signs_across_processes(
         cursor = page(conn, acme(), 3).next_cursor
         set_cursor_secret(None)  # as a second process would: read the variable again
         assert page(conn, acme(), 3, cursor).rows == page(conn, acme(), 6).rows[3:]
-        # a body forged with another key, or none, is refused
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))  # type: ignore[operator]
-        import hashlib
-        import hmac
+        # a cursor made with another secret is refused
+        from cryptography.fernet import Fernet
 
-        body = raw[32:].replace(b"2024-01-01", b"2023-01-01")
+        body = b'{"n":3,"q":"x","v":[["t","2023-01-01T00:00:00+00:00",0]]}'
         for key in (b"", b"abc", b"a shared secret of 32 bytes....!"):
-            sig = hmac.new(key, body, hashlib.sha256).digest()
-            forged = base64.urlsafe_b64encode(sig + body).decode()
+            fkey = base64.urlsafe_b64encode(hashlib.sha256(b"sharded-orm cursor\0" + key).digest())
+            forged = Fernet(fkey).encrypt(body).decode()
             with pytest.raises(CursorError, match="altered"):
                 page(conn, acme(), 3, forged)
     finally:

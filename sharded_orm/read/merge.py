@@ -1,37 +1,38 @@
-"""The first ``k`` rows of a sharded statement, in exact global order, in two statements.
+"""The first ``k`` rows of a sharded statement in exact global order: the database orders,
+SQLAlchemy executes.
 
-Each shard is sorted by the index, so the global order is a k-way merge; every branch
-below is the user's own statement (joins, DISTINCT, WHERE) restricted to one shard, with
-the merge's order and a LIMIT. With ``K = offset + k`` rows wanted and ``N`` shards:
+Every shard is sorted by the index, so the first ``K = offset + k`` rows of the whole
+range are the first ``K`` of the union of each shard's first rows. With ``N`` shards:
 
-1. one ``UNION ALL`` asks every shard for ``b = ceil(K/N) + 1`` rows, and the database
-   returns only the first ``K`` of them (an outer ``ORDER BY ... LIMIT K``). If ``K``
-   rows came back, the ``K``-th, ``T``, bounds the answer: no row after ``T`` is needed.
-2. a shard whose ``b`` rows all came back and whose last row is before ``T`` may hold more
-   of the answer. One more ``UNION ALL`` asks each such shard for its rows after its last
-   one and at or before ``T``: at most ``K - c_s`` of them (``c_s`` rows in hand sort at
-   or before its last row), and the database returns only the first ``K - c`` of the
-   union (``c`` rows in hand sort before every row this round can bring).
+1. **Bound** (sort keys only). One ``UNION ALL`` of per-shard branches, each the user's
+   statement restricted to one shard, ordered by the index and limited to
+   ``b = ceil(K/N)`` rows, selecting only the sort-key columns and the shard; the
+   database orders the union and returns its first ``K`` keys. If ``K`` came back, the
+   ``K``-th, ``T``, bounds the answer: no row after ``T`` is needed. Which shards may hold
+   more of the answer, and how many rows, follows from positions in that ordered result
+   alone (no Python comparison of values): a shard that sent ``b`` keys, the last strictly
+   before ``T`` at position ``p``, may hold at most ``K - p - 1`` more.
+2. **Rows.** The user's own statement, unchanged (entities, options, joins, execution
+   options), with the cursor's and the bound's conditions, its primary key restricted to
+   one ``UNION ALL`` of per-shard branches, each limited to what that shard may hold up to
+   ``T``, and the merge's ``ORDER BY ... LIMIT k OFFSET offset``. The database orders and
+   limits it; SQLAlchemy loads it through the caller's Connection or Session.
 
-A shard that sent fewer than ``b`` rows has none left, or none before ``T``. So after
-round 2 every row of the answer is in hand: the merge is exact in at most two statements
-whatever ``k``, ``N`` and the skew, and transfers at most ``K + (K - c) <= 2K`` rows.
-See docs/queries.md for the argument and the figures.
+When ``N*K <= N*b + K`` (few rows wanted, or few shards) round 1 would save no reads, and
+step 2 alone runs with every branch limited to ``K``: one statement. A statement that
+pins one shard is step 2 without branches. See docs/queries.md for the cost rule.
 """
 
 from __future__ import annotations
 
-import bisect
-import heapq
-import itertools
 import math
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, overload
 
-from sqlalchemy import select, union_all
+from sqlalchemy import Boolean, and_, exists, literal, or_, select, union_all
 from sqlalchemy.engine import Connection
-from sqlalchemy.orm import Session, aliased
+from sqlalchemy.orm import Session
 
 from sharded_orm.checks import check_positive_int
 from sharded_orm.errors import ShardConfigError, ShardTypeError
@@ -41,28 +42,31 @@ from sharded_orm.read.order import (
     check_nulls,
     plain,
     require_plan,
-    sort_key,
+    without_options,
 )
 from sharded_orm.read.order import (
     order_columns as order_columns,  # re-exported: sharded_orm imports it from here
 )
-from sharded_orm.spanner import is_spanner
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
-_MAX_BRANCHES = 250  # per statement (SQLite allows 500 UNION terms)
-_TOKEN_BUDGET = 9800  # per statement on Spanner: its DB-API's sqlparse refuses 10,000 tokens
-
-Entry = tuple[tuple[Any, ...], list[Any], tuple[Any, ...]]  # (sort key, sort values, row)
-
 
 @dataclass
 class MergeStats:
-    """What a merge cost: statements sent and rows transferred (per round, per shard)."""
+    """What a merge cost.
+
+    ``statements``: statements sent. ``rows_transferred``: full rows (the user's rows)
+    that came back. ``key_rows_transferred``: sort-key rows of the bound round.
+    ``server_rows_read``: the sum of the per-shard branches' LIMITs (each branch is an
+    index range read that stops at its LIMIT), an upper bound of the index rows read.
+    ``rounds``: per statement, ``{shard: LIMIT of its branch}``.
+    """
 
     statements: int = 0
     rows_transferred: int = 0
+    key_rows_transferred: int = 0
+    server_rows_read: int = 0
     rounds: list[dict[int, int]] = field(default_factory=list)
 
 
@@ -95,10 +99,19 @@ def statement_window(stmt: Any) -> tuple[int | None, int]:
     return out[0], out[1] or 0
 
 
-class MergeQuery:
-    """The user's statement, ready to be sent per shard with the merge's extra columns."""
+def single_statement(shards: int, want: int) -> bool:
+    """The cost rule: one statement when the bound round would save no index reads.
 
-    def __init__(self, conn: Any, stmt: Any) -> None:
+    Two rounds read at most ``N*ceil(K/N)`` keys, then (uniform shards) about ``K`` rows;
+    one statement reads at most ``N*K``.
+    """
+    return shards * want <= shards * math.ceil(want / shards) + want
+
+
+class MergeQuery:
+    """The user's statement and the per-shard branches a merge sends with it."""
+
+    def __init__(self, conn: Any, stmt: Any, timeout: float | None = None) -> None:
         self.plan = require_plan(stmt, "merged")
         if not isinstance(conn, (Connection, Session)):
             raise ShardTypeError(
@@ -119,7 +132,6 @@ class MergeQuery:
         self.columns = order_columns(stmt)
         check_nulls(self.dialect, self.columns)
         selected = [plain(c) for c in stmt.selected_columns]
-        self.n_user = len(selected)
         missing = [c.name for c, _ in self.columns if not any(c is x for x in selected)]
         if stmt._distinct and missing:
             raise ShardConfigError(
@@ -127,160 +139,174 @@ class MergeQuery:
                 f"select list (missing: {', '.join(missing)}): adding them would change what "
                 "DISTINCT removes. Select them, or drop DISTINCT."
             )
-        # The order's values are read from the row: from the select list where it holds
-        # them, else from labels of ours. Spanner resolves a name in ORDER BY against the
-        # select list first, case-insensitively (`Owner`.name finds an output `owner`):
-        # when a table of the order has such a name, every branch orders by our labels.
+        self.stmt = stmt.limit(None).offset(None).order_by(None)
+        # Spanner resolves a name in ORDER BY against the output first, case-insensitively
+        # (`Owner`.name finds an output column `owner`): then the rows statement orders by
+        # labels of ours, selected after the user's columns and dropped from the result.
         names = {str(getattr(c, "name", "")).lower() for c in stmt.selected_columns}
-        clash = any(str(c.table.name).lower() in names for c, _ in self.columns)
-        extras: list[Any] = []
-        self.key_pos, self.order = [], []
-        for col, desc in self.columns:
-            pos = [i for i, x in enumerate(selected) if x is col]
-            if pos and not clash:
-                self.key_pos.append(pos[0])
-                term = col
-            else:
-                term = col.label(f"so_k{len(extras)}")
-                extras.append(term)
-                self.key_pos.append(self.n_user + len(extras) - 1)
-            self.order.append(term.desc() if desc else term)
-        shard = [i for i, c in enumerate(selected) if c is self.plan.shard.column]
-        if shard:
-            self.shard_pos = shard[0]
-        else:
-            extras.append(self.plan.shard.column.label("so_s"))
-            self.shard_pos = self.n_user + len(extras) - 1
-        self.base = stmt.limit(None).offset(None).order_by(None)
-        if extras:
-            self.base = self.base.add_columns(*extras)
-        self.targets: list[Any] | None = None  # ORM entities to load (Session only)
-        if isinstance(conn, Session):
-            desc = stmt.column_descriptions
-            if all(d["entity"] is not None and d["expr"] is d["type"] for d in desc):
-                self.targets = [d["entity"] for d in desc]
-        self.n_out = len(self.targets) if self.targets is not None else self.n_user
-        self.frozen: Any = None
+        self.shadowed = any(str(c.table.name).lower() in names for c, _ in self.columns)
+        # branches select our own labels: their names are ours alone, and ordering by a
+        # label keeps Spanner from resolving a table-qualified name against the output
+        self.key_labels = [c.label(f"so_k{i}") for i, (c, _) in enumerate(self.columns)]
+        self.shard_label = self.plan.shard.column.label("so_s")
+        self.pk = list(self.plan.table.primary_key.columns)
+        self.pk_labels = [c.label(f"so_p{i}") for i, c in enumerate(self.pk)]
+        # loader options belong to the rows' statement, not to key-only branches
+        self.bare = without_options(self.stmt)
+        self.options = {} if timeout is None else {"timeout": timeout}
+        desc = stmt.column_descriptions
+        self.scalars = (
+            isinstance(conn, Session)
+            and len(desc) == 1
+            and desc[0]["entity"] is not None
+            and desc[0]["expr"] is desc[0]["entity"]
+        )
 
-    def branch(self, shard: int, lower: Any, upper: Any, n: int) -> Any:
-        q = self.base.for_shard(shard)
+    def _order(self, terms: Sequence[Any]) -> list[Any]:
+        return [t.desc() if d else t.asc() for t, (_, d) in zip(terms, self.columns, strict=True)]
+
+    def branch(self, shard: int, labels: list[Any], lower: Any, upper: Any, n: int) -> Any:
+        """One shard's first ``n`` rows in (lower, upper], as ``labels`` only (``upper``
+        False: no upper condition)."""
+        extra = [lbl for lbl in labels if all(lbl is not k for k in self.key_labels)]
+        q = self.bare.for_shard(shard).add_columns(*self.key_labels, *extra)
         if lower is not None:
             q = q.where(after_condition(self.columns, lower))
-        if upper is not None:
-            q = q.where(at_or_before_condition(self.columns, upper))
-        return q.order_by(*self.order).limit(n)
+        if upper is not False:
+            q = q.where(self.up_to(upper))
+        sub = q.order_by(*self._order(self.key_labels)).limit(n).subquery()
+        return select(*(sub.c[lbl.name] for lbl in labels))
 
-    def _outer(self, branches: list[Any], limit: int | None) -> Any:
-        if len(branches) == 1:
-            sub = branches[0].subquery("so_u")
-        elif is_spanner(self.dialect):  # members in parentheses keep their ORDER BY/LIMIT
-            sub = union_all(*branches).subquery("so_u")
-        else:  # SQLite wants a member's ORDER BY / LIMIT inside a subquery
-            sub = union_all(*(select(b.subquery()) for b in branches)).subquery("so_u")
-        cols = list(sub.c)
-        if self.targets is not None:
-            front: list[Any] = [aliased(e, sub) for e in self.targets]
+    def up_to(self, upper: Sequence[Any] | None) -> Any:
+        """At or before ``upper`` (None: no bound), in one shape either way: the page
+        that finds no bound shares the compiled form of the others."""
+        values = [None] * len(self.columns) if upper is None else upper
+        unbounded = literal(upper is None, Boolean())
+        return or_(unbounded, at_or_before_condition(self.columns, values))
+
+    def _union(self, branches: list[Any], name: str) -> Any:
+        union: Any = branches[0] if len(branches) == 1 else union_all(*branches)
+        return union.subquery(name)
+
+    def _execute(self, stmt: Any) -> Any:
+        return self.conn.execute(stmt, execution_options=self.options)
+
+    def bound(
+        self, shards: list[int], after: Any, b: int, want: int, stats: MergeStats
+    ) -> list[Any]:
+        """Round 1: the first ``want`` (sort key..., shard) rows, as the database orders them."""
+        labels = [*self.key_labels, self.shard_label]
+        u = self._union([self.branch(s, labels, after, False, b) for s in shards], "so_b")
+        keys = [u.c[lbl.name] for lbl in self.key_labels]
+        q = select(*keys, u.c.so_s).order_by(*self._order(keys)).limit(want)
+        rows = list(self._execute(q))
+        stats.statements += 1
+        stats.key_rows_transferred += len(rows)
+        stats.server_rows_read += b * len(shards)
+        stats.rounds.append(dict.fromkeys(shards, b))
+        return rows
+
+    def rows_statement(
+        self, asks: dict[int, int] | None, after: Any, upper: Any, n: int, offset: int, keys: bool
+    ) -> Any:
+        """Round 2: the user's statement over the rows the branches ``asks`` ({shard: n})
+        allow (every shard's rows when None), ordered and limited by the database."""
+        q = self.stmt
+        if after is not None:
+            q = q.where(after_condition(self.columns, after))
+        q = q.where(self.up_to(upper))
+        if asks is not None:
+            branches = [self.branch(s, self.pk_labels, after, upper, c) for s, c in asks.items()]
+            u = self._union(branches, "so_r")
+            if len(self.pk) == 1:
+                q = q.where(self.pk[0].in_(select(u.c.so_p0)))
+            else:
+                match = [u.c[lbl.name] == c for lbl, c in zip(self.pk_labels, self.pk, strict=True)]
+                q = q.where(exists().select_from(u).where(and_(*match)))
+        if keys:  # ordered by our labels, which no output name can shadow
+            q = q.add_columns(*self.key_labels)
+            q = q.order_by(*self._order(self.key_labels)).limit(n)
         else:
-            front = cols[: self.n_user]
-        keys = [cols[p] for p in self.key_pos]
-        outer = select(*front, *keys, cols[self.shard_pos])
-        if limit is not None:
-            outer = outer.order_by(
-                *(k.desc() if d else k.asc() for k, (_, d) in zip(keys, self.columns, strict=True))
-            ).limit(limit)
-        return outer
+            q = q.order_by(*self._order([c for c, _ in self.columns])).limit(n)
+        return q.offset(offset) if offset else q
 
-    def _per_statement(self, branches: list[Any], limit: int | None) -> int:
-        """How many branches one statement can hold (Spanner's DB-API parses each one).
+    def run_rows(self, stmt: Any, extra: int) -> tuple[list[Any], list[list[Any]]]:
+        """(the user's rows, the trailing ``extra`` columns of each row).
 
-        Its sqlparse refuses a statement of more than 10,000 tokens; the statement is
-        measured with sqlparse's own lexer and split evenly when it is too long.
+        The statement is the user's own, executed by SQLAlchemy; ``extra`` columns of
+        ours (the sort key a page's cursor is made of) are dropped with ``Result.columns``.
         """
-        if not is_spanner(self.dialect):
-            return _MAX_BRANCHES
-        import sqlparse  # the Spanner DB-API's own dependency
-
-        sql = str(self._outer(branches, limit).compile(dialect=self.dialect))
-        tokenize: Any = sqlparse.lexer.tokenize
-        tokens = len(list(tokenize(sql)))
-        if tokens <= _TOKEN_BUDGET:
-            return len(branches)
-        parts = math.ceil(tokens / (_TOKEN_BUDGET - 500))
-        return max(1, math.ceil(len(branches) / parts))
-
-    def fetch(
-        self, asks: dict[int, tuple[Any, Any, int]], limit: int | None, stats: MergeStats
-    ) -> dict[int, list[Entry]]:
-        """{shard: (after, at_or_before, n)} -> {shard: [entries] in order}, one round."""
-        shards = list(asks)
-        branches = [self.branch(s, *asks[s]) for s in shards]
-        per = self._per_statement(branches, limit) if len(branches) > 1 else 1
-        out: dict[int, list[Entry]] = {s: [] for s in shards}
-        nk = len(self.columns)
-        for i in range(0, len(branches), per):
-            chunk = branches[i : i + per]
-            # an outer LIMIT only when the branches could send more than it
-            asked = sum(asks[s][2] for s in shards[i : i + per])
-            cap = limit if limit is not None and asked > limit else None
-            result = self.conn.execute(self._outer(chunk, cap))
-            frozen = result.freeze()
-            if self.frozen is None:
-                self.frozen = frozen
-            stats.statements += 1
-            for row in frozen.data:
-                values = list(row[self.n_out : self.n_out + nk])
-                out[row[-1]].append((sort_key(self.columns, values), values, tuple(row)))
-        for rows in out.values():
-            rows.sort(key=lambda e: e[0])  # UNION ALL keeps no order: sort each shard's rows
-        stats.rows_transferred += sum(len(v) for v in out.values())
-        stats.rounds.append({s: len(v) for s, v in out.items()})
-        return out
-
-    def rows(self, entries: list[Entry]) -> list[Any]:
-        """The user's rows (or entities) of ``entries``, without the merge's columns."""
-        if self.frozen is None or not entries:
-            return []
-        result = self.frozen.with_new_rows([e[2] for e in entries])()
-        result = result.columns(*range(self.n_out))
-        if self.targets is not None and len(self.targets) == 1:
-            return list(result.scalars().all())
-        return list(result.all())
+        result = self._execute(stmt)
+        if getattr(result, "_unique_filter_state", None) is not None:
+            result = result.unique()  # joined eager collections: as the ORM requires
+        if not extra:
+            return (list(result.scalars()) if self.scalars else list(result)), []
+        frozen = result.freeze()
+        if not frozen.data:
+            return [], []
+        width = len(frozen.data[0]) - extra  # (an unnamed aliased entity has no key)
+        keys = [list(row[width:]) for row in frozen.data]
+        users = frozen().columns(*range(width))
+        return (list(users.scalars()) if self.scalars else list(users)), keys
 
 
-def merge_entries(
-    query: MergeQuery, stmt: Any, want: int, after: Sequence[Any] | None, stats: MergeStats
-) -> list[Entry]:
-    """The first ``want`` entries after ``after``, in order; the two rounds above."""
+def plan_rounds(
+    query: MergeQuery,
+    want: int,
+    after: Sequence[Any] | None,
+    stats: MergeStats,
+) -> tuple[dict[int, int] | None, Any]:
+    """({shard: LIMIT} of the rows statement's branches (None: no branches), upper bound)."""
     if after is not None and len(after) != len(query.columns):
         raise ShardConfigError(
             f"after= holds {len(after)} values; this query orders by {len(query.columns)} columns"
         )
-    point = stmt.point_shard
-    shards = [point] if point is not None else list(range(query.plan.shard.count))
-    batch = min(want, math.ceil(want / len(shards)) + 1)
-    per = query.fetch(dict.fromkeys(shards, (after, None, batch)), want, stats)
-    entries = sorted((e for rows in per.values() for e in rows), key=lambda e: e[0])
-    keys = [e[0] for e in entries]
-    bound = entries[want - 1] if len(entries) >= want else None
-    asks: dict[int, tuple[Any, Any, int]] = {}
-    lasts = []
+    point = query.stmt.point_shard
+    if point is not None:
+        stats.rounds.append({point: want})
+        stats.server_rows_read += want
+        return None, None
+    shards = list(range(query.plan.shard.count))
+    if single_statement(len(shards), want):
+        return dict.fromkeys(shards, want), None
+    b = math.ceil(want / len(shards))
+    rows = query.bound(shards, after, b, want, stats)
+    upper = list(rows[-1][:-1]) if len(rows) == want else None
+    count: dict[int, int] = {}
+    last: dict[int, int] = {}
+    for pos, row in enumerate(rows):
+        count[row[-1]] = count.get(row[-1], 0) + 1
+        last[row[-1]] = pos
+    asks: dict[int, int] = {}
     for s in shards:
-        rows = per[s]
-        if len(rows) < batch or (bound is not None and not rows[-1][0] < bound[0]):
-            continue  # nothing more up to the bound
-        cap = want - bisect.bisect_right(keys, rows[-1][0])  # rows ahead of its next one
-        if cap > 0:
-            asks[s] = (rows[-1][1], bound[1] if bound is not None else None, cap)
-            lasts.append(rows[-1][0])
-    if asks:
-        ahead = bisect.bisect_right(keys, min(lasts))  # in hand, before all of round 2
-        total = want - ahead
-        asks = {s: (lo, hi, min(n, total)) for s, (lo, hi, n) in asks.items()}
-        got = query.fetch(asks, total, stats)
-        for s, rows in got.items():
-            per[s].extend(rows)
-    top = heapq.merge(*per.values(), key=lambda e: e[0])
-    return list(itertools.islice(top, want))
+        c = count.get(s, 0)
+        if c == b and last[s] < want - 1:  # its b-th key is before the bound: may hold more
+            c += want - last[s] - 1
+        asks[s] = c
+    return asks, upper
+
+
+def read(
+    query: MergeQuery,
+    want: int,
+    n: int,
+    offset: int,
+    after: Sequence[Any] | None,
+    stats: MergeStats,
+    keys: bool = False,
+) -> tuple[list[Any], list[list[Any]]]:
+    """Rows ``offset`` to ``offset + n`` of the first ``want`` after ``after`` (and, with
+    ``keys``, each row's sort key), in at most two statements."""
+    asks, upper = plan_rounds(query, want, after, stats)
+    keys = keys or query.shadowed
+    stmt = query.rows_statement(asks, after, upper, n, offset, keys)
+    rows, key_rows = query.run_rows(stmt, len(query.key_labels) if keys else 0)
+    stats.statements += 1
+    stats.rows_transferred += len(rows)
+    if asks is not None:
+        stats.rounds.append({s: c for s, c in asks.items() if c})
+        stats.server_rows_read += sum(asks.values())
+    return rows, key_rows
 
 
 def _limit(stmt: Any, limit: object, what: str) -> int:
@@ -298,13 +324,17 @@ def _limit(stmt: Any, limit: object, what: str) -> int:
 
 
 def _merged(
-    conn: Any, stmt: Any, limit: int | None, after: Sequence[Any] | None, stats: MergeStats
+    conn: Any,
+    stmt: Any,
+    limit: int | None,
+    after: Sequence[Any] | None,
+    stats: MergeStats,
+    timeout: float | None,
 ) -> list[Any]:
-    query = MergeQuery(conn, stmt)
+    query = MergeQuery(conn, stmt, timeout)
     n = _limit(stmt, limit, "limit")
     _, offset = statement_window(stmt)
-    entries = merge_entries(query, stmt, offset + n, after, stats)
-    return query.rows(entries[offset:])
+    return read(query, offset + n, n, offset, after, stats)[0]
 
 
 @overload
@@ -315,6 +345,7 @@ def merged(
     *,
     after: Sequence[Any] | None = None,
     stats: MergeStats | None = None,
+    timeout: float | None = None,
 ) -> Awaitable[list[Any]]: ...
 
 
@@ -326,6 +357,7 @@ def merged(
     *,
     after: Sequence[Any] | None = None,
     stats: MergeStats | None = None,
+    timeout: float | None = None,
 ) -> list[Any]: ...
 
 
@@ -336,17 +368,21 @@ def merged(
     *,
     after: Sequence[Any] | None = None,
     stats: MergeStats | None = None,
+    timeout: float | None = None,
 ) -> Any:
     """The first ``limit`` rows of a ``sharded_select`` across its shards, in index order.
 
-    The statement runs as written (joins, DISTINCT, WHERE; its OFFSET skips that many
-    rows of the merged order), once per shard, in at most two statements. ``conn`` is a
-    Connection (rows come back) or a Session (entities for ``sharded_select(Entity)``);
-    with an AsyncConnection or AsyncSession, ``await merged(...)``. ``limit`` defaults to
-    the statement's ``.limit(n)``. ``after`` continues strictly after those sort values
-    (see ``order_columns``). ``stats``, if given, receives statements and rows transferred.
+    The rows come from the statement itself, executed through ``conn`` (a Connection:
+    rows; a Session: what the statement gives there, entities for
+    ``sharded_select(Entity)``; with an AsyncConnection or AsyncSession,
+    ``await merged(...)``), with its ORDER BY, LIMIT and OFFSET applied by the database
+    over per-shard branches, in at most two statements. ``limit`` defaults to the
+    statement's ``.limit(n)``; its OFFSET skips that many rows of the merged order.
+    ``after`` continues strictly after those sort values (see ``order_columns``).
+    ``stats``, if given, receives what the read cost. ``timeout`` (seconds) is passed
+    to every statement as the ``timeout`` execution option.
     """
     st = stats if stats is not None else MergeStats()
     if is_async(conn):
-        return conn.run_sync(lambda sync: _merged(sync, stmt, limit, after, st))
-    return _merged(conn, stmt, limit, after, st)
+        return conn.run_sync(lambda sync: _merged(sync, stmt, limit, after, st, timeout))
+    return _merged(conn, stmt, limit, after, st, timeout)

@@ -16,7 +16,7 @@ import datetime as dt
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import and_, false, or_, true
+from sqlalchemy import Boolean, and_, false, literal, or_, true
 from sqlalchemy.sql import operators
 from sqlalchemy.sql.elements import Label, UnaryExpression
 from sqlalchemy.sql.selectable import Join
@@ -90,9 +90,16 @@ def _tables(frm: Any) -> list[Any]:
     return [frm]
 
 
+def without_options(stmt: Any) -> Any:
+    """``stmt`` without its loader options: the user's own FROMs, no eager-load joins."""
+    bare = stmt.options()
+    bare._with_options = ()
+    return bare
+
+
 def _joined_keys(plan: ShardPlan, stmt: Any) -> list[Any]:
     keys: list[Any] = []
-    for frm in stmt.get_final_froms():
+    for frm in without_options(stmt).get_final_froms():
         for t in _tables(plain(frm)):
             if t is plan.table:
                 continue
@@ -155,18 +162,39 @@ def check_nulls(dialect: Any, columns: Sequence[tuple[Any, bool]]) -> None:
 # ----------------------------------------------------------------------------- keyset
 
 
+def _bound(col: Any, v: Any) -> Any:
+    """``v`` as a bound parameter of ``col``'s type (its bind processing included)."""
+    return literal(v, col.type)
+
+
+def _nullable(col: Any) -> bool:
+    return bool(getattr(col, "nullable", True))
+
+
+def _is_null(v: Any) -> Any:
+    """Whether ``v`` is NULL, as a bound BOOL (Spanner cannot type ``@p IS NULL``)."""
+    return literal(v is None, Boolean())
+
+
+# For a nullable column the conditions take whether the value is NULL as a bound flag,
+# so the statement has one shape whether a cursor's value is NULL or not.
+
+
 def _after_one(col: Any, desc: bool, v: Any) -> Any:
     """Strictly after ``v`` in ``col``'s direction (NULL is smallest)."""
-    nullable = getattr(col, "nullable", True)
+    p = _bound(col, v)
+    if not _nullable(col):
+        return col < p if desc else col > p
     if not desc:
-        return col.is_not(None) if v is None else col > v
-    if v is None:
-        return false()
-    return or_(col < v, col.is_(None)) if nullable else col < v
+        return or_(col > p, and_(_is_null(v), col.is_not(None)))
+    return or_(col < p, and_(col.is_(None), ~_is_null(v)))
 
 
 def _equal(col: Any, v: Any) -> Any:
-    return col.is_(None) if v is None else col == v
+    p = _bound(col, v)
+    if not _nullable(col):
+        return col == p
+    return or_(col == p, and_(col.is_(None), _is_null(v)))
 
 
 def after_condition(columns: Sequence[tuple[Any, bool]], values: Sequence[Any]) -> Any:
@@ -180,12 +208,12 @@ def after_condition(columns: Sequence[tuple[Any, bool]], values: Sequence[Any]) 
 
 def _at_or_before_one(col: Any, desc: bool, v: Any) -> Any:
     """At or before ``v`` in ``col``'s direction (NULL is smallest)."""
-    nullable = getattr(col, "nullable", True)
+    p = _bound(col, v)
+    if not _nullable(col):
+        return col >= p if desc else col <= p
     if desc:
-        return true() if v is None else col >= v
-    if v is None:
-        return col.is_(None)
-    return or_(col <= v, col.is_(None)) if nullable else col <= v
+        return or_(col >= p, _is_null(v))
+    return or_(col <= p, col.is_(None))
 
 
 def at_or_before_condition(columns: Sequence[tuple[Any, bool]], values: Sequence[Any]) -> Any:

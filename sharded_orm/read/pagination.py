@@ -1,4 +1,4 @@
-"""Keyset pagination over a sharded range: rows plus an opaque, signed cursor.
+"""Keyset pagination over a sharded range: rows plus an opaque, encrypted cursor.
 
 A page is the first ``page_size`` rows, in the index's order (then the key), strictly
 after the cursor's row. The order is total, so a row is never skipped or repeated,
@@ -6,19 +6,24 @@ however many rows share a timestamp across shards. A row inserted between two pa
 shows up on a later page if it sorts after the cursor, and never if it sorts before
 (it belongs to a page already read).
 
-The cursor carries the last row's sort values, a fingerprint of the query, and an
-HMAC-SHA256 signature. A cursor from another query, or an edited one, is refused.
-Sign with your own secret across processes (``set_cursor_secret`` or the environment
-variable ``SHARDED_ORM_CURSOR_SECRET``); by default each process makes a random one, so
-cursors are valid only in the process that issued them.
+The cursor carries the last row's sort values, a fingerprint of the query and the rows
+served so far, encrypted and authenticated with Fernet (AES-128-CBC and HMAC-SHA256, from
+``cryptography``): whoever holds it learns nothing of the sort values, and a cursor from
+another query, or an edited one, is refused. Share the secret across processes
+(``set_cursor_secret`` or the environment variable ``SHARDED_ORM_CURSOR_SECRET``); by
+default each process makes a random one, so cursors are valid only in that process.
+
+The fingerprint is the digest of the statement's SQL (computed once per cache key) and
+its bound values, canonicalised (typed; an IN list or set sorted): the same query in
+another process, whatever its ``PYTHONHASHSEED``, has the same fingerprint.
 """
 
 from __future__ import annotations
 
 import base64
 import datetime as dt
+import enum
 import hashlib
-import hmac
 import json
 import os
 import uuid
@@ -32,7 +37,7 @@ from sqlalchemy.orm import Session
 
 from sharded_orm.checks import check_positive_int
 from sharded_orm.errors import ShardingError
-from sharded_orm.read.merge import MergeQuery, MergeStats, is_async, merge_entries, statement_window
+from sharded_orm.read.merge import MergeQuery, MergeStats, is_async, read, statement_window
 from sharded_orm.read.plan import plan_of
 
 if TYPE_CHECKING:
@@ -104,6 +109,8 @@ def _encode_value(v: Any) -> list[Any]:
         return ["u", str(v)]
     if isinstance(v, bytes):
         return ["y", base64.b64encode(v).decode()]
+    if isinstance(v, enum.Enum):  # an Enum column binds its members' names as well
+        return ["s", v.name]
     raise CursorError(f"cannot put a {type(v).__name__} into a cursor")
 
 
@@ -140,19 +147,61 @@ def _decode_value(item: list[Any]) -> Any:
     return decoders[tag](raw)
 
 
+_SQL_DIGESTS: dict[Any, str] = {}  # statement cache key -> digest of its SQL
+_MAX_DIGESTS = 2048
+
+
+def _canonical(v: Any) -> Any:
+    """A bound value as typed JSON that does not depend on the process (sets sorted)."""
+    if isinstance(v, (set, frozenset)):
+        return ["S", sorted((_canonical(x) for x in v), key=json.dumps)]
+    if isinstance(v, (list, tuple)):
+        return ["L", [_canonical(x) for x in v]]
+    try:
+        return _encode_value(v)
+    except CursorError:
+        return ["o", f"{type(v).__module__}.{type(v).__qualname__}", str(v)]
+
+
+def _sql_digest(stmt: Any, key: Any) -> str:
+    digest = _SQL_DIGESTS.get(key)
+    if digest is None:
+        digest = hashlib.sha256(str(stmt.compile()).encode()).hexdigest()
+        if len(_SQL_DIGESTS) >= _MAX_DIGESTS:
+            _SQL_DIGESTS.clear()
+        _SQL_DIGESTS[key] = digest
+    return digest
+
+
 def query_fingerprint(stmt: Any) -> str:
-    """Identifies a query: its SQL, its bound values, and the shard plan."""
-    compiled = stmt.compile()
+    """Identifies a query: its SQL (once per cache key), bound values and shard plan."""
     plan = plan_of(stmt)
-    params = sorted((k, repr(v)) for k, v in compiled.params.items())
-    text = f"{compiled}|{params}|{plan.index_name if plan else ''}"
+    cache_key = stmt._generate_cache_key()
+    if cache_key is None:  # an element that opts out of caching: its SQL says it all
+        sql, binds = hashlib.sha256(str(stmt.compile()).encode()).hexdigest(), []
+    else:
+        sql, binds = _sql_digest(stmt, cache_key.key), list(cache_key.bindparams)
+    values = []
+    for bind in binds:
+        v = _canonical(bind.effective_value)
+        if bind.expanding and v[0] == "L":  # IN (...): the order of the values is no part of it
+            v = ["S", sorted(v[1], key=json.dumps)]
+        values.append(v)
+    text = json.dumps([sql, values, plan.index_name if plan else ""], separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def _fernet() -> Any:
+    from cryptography.fernet import Fernet
+
+    key = hashlib.sha256(b"sharded-orm cursor\0" + _key()).digest()
+    return Fernet(base64.urlsafe_b64encode(key))
 
 
 def encode_cursor(
     stmt: Any, values: list[Any], served: int = 0, fingerprint: str | None = None
 ) -> str:
-    """A signed cursor after ``values``, ``served`` rows into the statement's LIMIT
+    """An encrypted cursor after ``values``, ``served`` rows into the statement's LIMIT
     (``fingerprint``: the statement's ``query_fingerprint`` when the caller has it)."""
     q = fingerprint if fingerprint is not None else query_fingerprint(stmt)
     body = json.dumps(
@@ -160,8 +209,7 @@ def encode_cursor(
         separators=(",", ":"),
         sort_keys=True,
     ).encode()
-    sig = hmac.new(_key(), body, hashlib.sha256).digest()
-    return base64.urlsafe_b64encode(sig + body).decode().rstrip("=")
+    return str(_fernet().encrypt(body).decode())
 
 
 def decode_cursor_state(
@@ -171,13 +219,15 @@ def decode_cursor_state(
     ``query_fingerprint`` the caller may pass, to compile the statement once)."""
     if not isinstance(cursor, str) or not cursor:
         raise CursorError(f"a cursor is the str a previous page returned, got {cursor!r}")
+    from cryptography.fernet import InvalidToken
+
     try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-    except (ValueError, TypeError):
-        raise CursorError("this cursor is not one sharded-orm issued (bad encoding)") from None
-    sig, body = raw[:32], raw[32:]
-    if not hmac.compare_digest(sig, hmac.new(_key(), body, hashlib.sha256).digest()):
-        raise CursorError("this cursor was altered, or signed with another secret; start over")
+        body = _fernet().decrypt(cursor.encode())
+    except (InvalidToken, ValueError, TypeError):
+        raise CursorError(
+            "this cursor was altered, signed with another secret, or is not one sharded-orm "
+            "issued; start over"
+        ) from None
     try:
         data = json.loads(body)
         data_fingerprint, items, served = data["q"], data["v"], int(data.get("n", 0))
@@ -203,16 +253,15 @@ class Page:
     stats: MergeStats
 
 
-def _page(conn: Any, stmt: Any, page_size: int, cursor: str | None) -> Page:
+def _page(conn: Any, stmt: Any, page_size: int, cursor: str | None, timeout: float | None) -> Page:
     if plan_of(stmt) is None:
         raise CursorError("page() needs a statement made by sharded_select(...)")
     check_positive_int(page_size, "page_size")
-    query = MergeQuery(conn, stmt)
+    query = MergeQuery(conn, stmt, timeout)
     limit, offset = statement_window(stmt)
     after, served = None, 0
-    fingerprint = None  # compiled once per page, when a cursor is read or written
+    fingerprint = query_fingerprint(stmt)  # once per page: to read the cursor and write one
     if cursor is not None:
-        fingerprint = query_fingerprint(stmt)
         after, served = decode_cursor_state(stmt, cursor, fingerprint)
         offset = 0  # the cursor is past the OFFSET already
         if len(after) != len(query.columns):
@@ -223,34 +272,53 @@ def _page(conn: Any, stmt: Any, page_size: int, cursor: str | None) -> Page:
         return Page([], None, stats)
     # one row more than the page tells whether another page follows
     more = 1 if limit is None or limit - served > size else 0
-    entries = merge_entries(query, stmt, offset + size + more, after, stats)[offset:]
-    rows = query.rows(entries[:size])
+    rows, keys = read(query, offset + size + more, size + more, offset, after, stats, keys=True)
     next_cursor = None
-    if len(entries) > size:
-        next_cursor = encode_cursor(stmt, entries[size - 1][1], served + size, fingerprint)
-    return Page(rows, next_cursor, stats)
+    if len(rows) > size:
+        next_cursor = encode_cursor(stmt, keys[size - 1], served + size, fingerprint)
+    return Page(rows[:size], next_cursor, stats)
 
 
 @overload
 def page(
-    conn: AsyncConnection | AsyncSession, stmt: Any, page_size: int, cursor: str | None = None
+    conn: AsyncConnection | AsyncSession,
+    stmt: Any,
+    page_size: int,
+    cursor: str | None = None,
+    *,
+    timeout: float | None = None,
 ) -> Awaitable[Page]: ...
 
 
 @overload
 def page(
-    conn: Connection | Session, stmt: Any, page_size: int, cursor: str | None = None
+    conn: Connection | Session,
+    stmt: Any,
+    page_size: int,
+    cursor: str | None = None,
+    *,
+    timeout: float | None = None,
 ) -> Page: ...
 
 
-def page(conn: Any, stmt: Any, page_size: int, cursor: str | None = None) -> Any:
+def page(
+    conn: Any,
+    stmt: Any,
+    page_size: int,
+    cursor: str | None = None,
+    *,
+    timeout: float | None = None,
+) -> Any:
     """One page of a ``sharded_select``; pass ``next_cursor`` back for the next one.
 
-    The statement runs as written; its OFFSET skips rows before the first page and its
-    LIMIT bounds the rows of all pages together. Reads one row more than the page to know
+    The rows come from the statement itself through ``conn``, ordered and limited by the
+    database (see ``merged``); its OFFSET skips rows before the first page and its LIMIT
+    bounds the rows of all pages together. Reads one row more than the page to know
     whether another follows, so ``next_cursor`` is None exactly when no row sorted after
-    this page when it was read. With an AsyncConnection or AsyncSession, ``await page(...)``.
+    this page when it was read. With an AsyncConnection or AsyncSession,
+    ``await page(...)``. ``timeout`` (seconds) goes to every statement as the
+    ``timeout`` execution option.
     """
     if is_async(conn):
-        return conn.run_sync(lambda sync: _page(sync, stmt, page_size, cursor))
-    return _page(conn, stmt, page_size, cursor)
+        return conn.run_sync(lambda sync: _page(sync, stmt, page_size, cursor, timeout))
+    return _page(conn, stmt, page_size, cursor, timeout)
