@@ -5,7 +5,8 @@ The seeds' advice: never write in primary-key order; cut the key space into rang
 build secondary indexes after the load. ``bulk_load`` does exactly that:
 
 1. Every row is prepared and checked first (missing key column, wrong type, an INT64
-   out of range, two rows with one key, a row too large for one commit): an error names
+   out of range, two rows with one key, a column given twice with different values, a
+   lone surrogate in a string, a row too large for one commit): an error names
    the row's position and nothing is written. Python-side defaults, ids and shard
    columns are filled exactly as the ORM would (:mod:`sharded_orm.load.prepare`).
 2. Rows are sorted by key and cut into ``10 * workers`` contiguous ranges; range ``r``
@@ -14,7 +15,8 @@ build secondary indexes after the load. ``bulk_load`` does exactly that:
    order.
 3. On Spanner each batch is one commit through the mutation API (``insert`` or
    ``insert_or_update``), within 80,000 mutations, 100 MB and ``batch_bytes``, each
-   attempt bounded by ``commit_timeout`` and the whole load by ``deadline``; retries
+   attempt bounded by ``commit_timeout`` and the whole load by ``deadline`` (cleanup
+   included: sessions are deleted within what is left of it); retries
    follow :mod:`sharded_orm.retry` (:mod:`sharded_orm.load.writers`). Elsewhere,
    batched ``executemany`` in one connection (SQLite cannot take parallel writers).
 4. A batch that fails for good stops the load: ``BulkLoadError.report`` lists the
