@@ -124,3 +124,21 @@ def test_silent_server_next_id_ends_within_its_deadline(
     start = time.monotonic()
     seq.close()  # its session's delete is bounded too
     assert time.monotonic() - start < 2.5
+
+
+def test_a_hung_commit_is_retried_within_the_load_deadline(
+    engines: tuple[sa.Engine, sa.Engine], spanner_faults: FaultProxy
+) -> None:
+    """One commit attempt gets at most a third of ``deadline``: a commit that never
+    answers is retried in time, not the end of the load after one attempt."""
+    engine, direct = engines
+    rows = [{"company_id": "c", "user_id": f"u{i}", "ts": T0, "entry": "e"} for i in range(20)]
+    spanner_faults.hang("Commit", 60.0)
+    start = time.monotonic()
+    report = bulk_load(engine, LogEntry, rows, deadline=6, workers=1)
+    took = time.monotonic() - start
+    assert report.complete and report.retries == 1
+    assert 2.0 <= took < 6, f"bulk_load took {took:.1f} s"
+    with direct.connect() as conn:
+        stored = conn.execute(sa.select(sa.func.count()).select_from(LogEntry.__table__)).scalar()
+    assert stored == 20

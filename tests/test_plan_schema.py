@@ -153,6 +153,8 @@ def test_which_criteria_exclude_nulls() -> None:
     assert nulls_excluded(sa.or_(Parent.ts > T0, Parent.ts.is_(None))) == set()
     assert nulls_excluded(sa.not_(Parent.ts > T0)) == {ts}  # NOT (ts > x) is ts <= x
     assert nulls_excluded(Parent.ts.is_(None)) == set()
+    # an empty NOT IN list (given at execution) is true for NULL too
+    assert nulls_excluded(Parent.rank.not_in(sa.bindparam("r", expanding=True))) == set()
     assert nulls_excluded(sa.func.coalesce(Parent.rank, 0) == 0) == set()
 
 

@@ -5,7 +5,8 @@ The seeds' advice: never write in primary-key order; cut the key space into rang
 build secondary indexes after the load. ``bulk_load`` does exactly that:
 
 1. Every row is prepared and checked first (missing key column, wrong type, an INT64
-   out of range, two rows with one key, a row too large for one commit): an error names
+   out of range, two rows with one key, a column given twice with different values, a
+   lone surrogate in a string, a row too large for one commit): an error names
    the row's position and nothing is written. Python-side defaults, ids and shard
    columns are filled exactly as the ORM would (:mod:`sharded_orm.load.prepare`).
 2. Rows are sorted by key and cut into ``10 * workers`` contiguous ranges; range ``r``
@@ -14,7 +15,8 @@ build secondary indexes after the load. ``bulk_load`` does exactly that:
    order.
 3. On Spanner each batch is one commit through the mutation API (``insert`` or
    ``insert_or_update``), within 80,000 mutations, 100 MB and ``batch_bytes``, each
-   attempt bounded by ``commit_timeout`` and the whole load by ``deadline``; retries
+   attempt bounded by ``commit_timeout`` and the whole load by ``deadline`` (cleanup
+   included: sessions are deleted within what is left of it); retries
    follow :mod:`sharded_orm.retry` (:mod:`sharded_orm.load.writers`). Elsewhere,
    batched ``executemany`` in one connection (SQLite cannot take parallel writers).
 4. A batch that fails for good stops the load: ``BulkLoadError.report`` lists the
@@ -63,6 +65,8 @@ MAX_COMMIT_BYTES = 100 * 1024 * 1024
 #: More threads than this only queue up on Spanner's side (and may exhaust the process).
 MAX_WORKERS = 256
 MODES = ("insert", "insert_or_update")
+#: The most of ``deadline`` one commit attempt may take (``commit_timeout`` if smaller).
+ATTEMPT_SHARE = 1 / 3
 _PROGRESS = {None: "auto", True: "auto", False: "off"}
 
 
@@ -119,7 +123,8 @@ def bulk_load(
     ``Database``); ``rows`` are mappings keyed by attribute or column key, each key once.
     Every row is checked before anything is written. A failed commit is retried at most
     ``max_retries`` times (backoff with jitter); each attempt waits at most
-    ``commit_timeout`` seconds, and the whole load ends within ``deadline`` seconds
+    ``commit_timeout`` seconds (and at most a third of ``deadline``, so a hung commit
+    leaves time for another attempt), and the whole load ends within ``deadline`` seconds
     (None: no overall limit). ``progress``: a bar on a terminal, log lines elsewhere
     (None: auto, False: off).
 
@@ -136,10 +141,12 @@ def bulk_load(
             f"rows must be an iterable of mappings (column -> value), got {type(rows).__name__}"
         )
     policy = RetryPolicy.for_retries(max_retries, deadline)
+    # one commit may take at most a third of the deadline: a hung one leaves time to retry
+    share = policy.deadline * ATTEMPT_SHARE if policy.deadline is not None else commit_timeout
     policy = RetryPolicy(
         attempts=policy.attempts,
         deadline=policy.deadline,
-        call_timeout=float(min(commit_timeout, policy.deadline or commit_timeout)),
+        call_timeout=float(max(0.001, min(commit_timeout, share))),
     )
     table = table_of(model_or_table)
     if not table.primary_key.columns:

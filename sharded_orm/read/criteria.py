@@ -24,11 +24,12 @@ from sqlalchemy.sql.elements import (
 )
 
 #: comparisons that are never true when the column is NULL (so a row with NULL there
-#: is excluded, as a NULL_FILTERED index excludes it)
+#: is excluded, as a NULL_FILTERED index excludes it). Not NOT IN: SQLAlchemy renders an
+#: empty NOT IN list (known only at execution) as true for every row, NULL included.
 _NULL_REJECTING = frozenset(
     {
         operators.eq, operators.ne, operators.lt, operators.le, operators.gt, operators.ge,
-        operators.in_op, operators.not_in_op, operators.between_op, operators.not_between_op,
+        operators.in_op, operators.between_op, operators.not_between_op,
         operators.like_op, operators.not_like_op, operators.ilike_op, operators.not_ilike_op,
         operators.startswith_op, operators.endswith_op, operators.contains_op,
     }
