@@ -22,7 +22,9 @@ from sharded_orm import ShardedIndex, shard_column
 T0 = 1_700_000_000
 
 
-def logs(shard8: bool = True, shard16: bool = True, nullable16: bool = True) -> sa.MetaData:
+def logs(
+    shard8: bool = True, shard16: bool = True, nullable16: bool = True, algorithm16: str = "crc32"
+) -> sa.MetaData:
     """Logs during an 8 -> 16 reshard: the old layout, the new one, or both."""
     md = sa.MetaData()
     cols: list[Any] = []
@@ -30,7 +32,14 @@ def logs(shard8: bool = True, shard16: bool = True, nullable16: bool = True) -> 
         cols.append(shard_column("CompanyId", "Ts", count=8, name="Shard8").column)
     if shard16:
         cols.append(
-            shard_column("CompanyId", "Ts", count=16, name="Shard16", nullable=nullable16).column
+            shard_column(
+                "CompanyId",
+                "Ts",
+                count=16,
+                name="Shard16",
+                nullable=nullable16,
+                algorithm=algorithm16,
+            ).column
         )
     t = sa.Table(
         "Logs",
