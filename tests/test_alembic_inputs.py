@@ -175,6 +175,25 @@ def test_op_backfill_checks_the_model(
     assert isinstance(info.value, CommandError)  # Alembic prints FAILED: <message>
 
 
+def test_external_engine_only_checks_and_says_what_to_run(engine: sa.Engine) -> None:
+    """op.backfill_shard(engine="external"): the fill ran out of band (Beam); the step
+    writes nothing, refuses while a row is NULL (with the command), passes once filled."""
+    md = _model(table="Jobs")
+    _logs(sa.MetaData(), "Jobs").create(engine)
+    with engine.begin() as c:
+        c.exec_driver_sql("INSERT INTO Jobs (Id, CompanyId, Ts) VALUES (1, 'a', '2024-01-01')")
+    op = _operations(engine, md)
+    kw: dict[str, Any] = dict(sources=["CompanyId", "Ts"], count=4)
+    with pytest.raises(BackfillIncomplete, match="1 row.*sharded-orm backfill <url> Jobs Shard4"):
+        op("backfill_shard", "Jobs", "Shard4", engine="external", **kw)
+    with engine.connect() as c:
+        assert c.exec_driver_sql("SELECT Shard4 FROM Jobs").scalar() is None  # nothing written
+    backfill_shard(engine, "Jobs", "Shard4", progress=False, engine="client", **kw)
+    op("backfill_shard", "Jobs", "Shard4", engine="external", **kw)
+    with pytest.raises(ShardConfigError, match="engine must be one of"):
+        op("backfill_shard", "Jobs", "Shard4", engine="dataflow", **kw)
+
+
 def test_spanner_only_op_on_sqlite_says_so(engine: sa.Engine) -> None:
     """op.backfill_shard runs anywhere (client batches); ALTER INDEX is Spanner's only."""
     md = _model(table="Jobs")  # a table of its own: "Logs" is declared differently above
