@@ -175,6 +175,19 @@ def test_op_backfill_checks_the_model(
     assert isinstance(info.value, CommandError)  # Alembic prints FAILED: <message>
 
 
+def test_progress_goes_through_sharded_orm_progress(
+    engine: sa.Engine, caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 24 item 8: log lines through sharded_orm.progress (rows walked, not 0/0),
+    never a \\r bar on stderr."""
+    caplog.set_level("INFO", logger="sharded_orm.progress")
+    backfill_shard(engine, "Logs", "Shard4", batch_size=20, progress="log", **OK)
+    lines = [r.getMessage() for r in caplog.records if r.name == "sharded_orm.progress"]
+    assert lines[0] == "backfill Logs.Shard4: started"
+    assert lines[-1].startswith("backfill Logs.Shard4: done, 50 rows in ")
+    assert "\r" not in capsys.readouterr().err
+
+
 def test_external_engine_only_checks_and_says_what_to_run(engine: sa.Engine) -> None:
     """op.backfill_shard(engine="external"): the fill ran out of band (Beam); the step
     writes nothing, refuses while a row is NULL (with the command), passes once filled."""
