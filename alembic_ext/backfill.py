@@ -1,35 +1,38 @@
-"""Filling a new shard column on a table that already has rows: batched, resumable, verified.
+"""Filling a new shard column on a table that already has rows: one resumable walk.
 
-A shard column added to a populated table starts NULL. :func:`backfill_shard` fills it in
-two passes:
+A shard column added to a populated table starts NULL. :func:`backfill_shard` fills it
+by walking the table's key once, in the order Spanner stores it (DESC parts included),
+with a key cursor: each batch reads the next rows after the last key seen (Spanner's Read
+API with a ``KeyRange``; elsewhere ``WHERE key > cursor ORDER BY key``), recomputes the
+shard from each row's current sources and writes back the rows whose stored value is NULL
+or differs (a row old code changed after a fill), in the same transaction. Nothing is
+rescanned, nothing but one batch is held in memory, and the walk ends at the table's last
+key as it was when the walk began (rows added later are not chased: their writers fill
+the column, or are fenced, below), so it ends in time proportional to the table.
 
-1. **fill**: rows whose column is still NULL, one batch per transaction, in key order.
-   Stopped at any point (crash, Ctrl-C, a failed batch), running it again carries on
-   where it stopped.
-2. **verify**: every row, in key order, recomputing the shard from the row's current
-   sources and rewriting the rows whose stored value differs. A row that code unaware of
-   the new column updated after the fill passed it (a source changed, the new shard kept
-   its old value) is fixed here, so no row is stale when the backfill returns. From that
-   point on, every writer must fill the new column itself: the library does once the
-   models declare it; other writers must compute it (docs/migrations.md, "Writers").
+Stopped at any point (crash, kill -9, Ctrl-C, a batch that failed within its deadline),
+running it again completes it: filled rows are only read again, never lost.
 
-``farm_fingerprint`` on Spanner runs both passes as one Partitioned DML statement
-(``SET col = <shard expr> WHERE col IS NULL OR col != <shard expr>``). ``crc32`` has no
-GoogleSQL twin: batches are computed here, written on Spanner as one UPDATE mutation per
-batch, elsewhere as a keyed executemany UPDATE. Each batch is retried under
-:mod:`sharded_orm.retry` (a batch is idempotent: it recomputes from current values).
+``require_complete=True`` (the contract of a reshard, which runs after old writers are
+fenced by the drop of the old column) then counts the rows still NULL and fails loudly
+if there is any.
 
-A progress callback gets a :class:`BackfillProgress` after each batch (default: a bar on
-stderr).
+Engines (``engine=``): ``"client"`` (above), ``"partitioned_dml"`` (``farm_fingerprint``
+on Spanner: one Partitioned DML statement computed by Spanner), ``"external"`` (the rows
+were filled out of band, e.g. by the Beam pipeline ``sharded_orm.beam.Backfill`` on
+Dataflow: this only checks that no row is left NULL, and fails with the command to run if
+one is). ``"auto"``: Partitioned DML for ``farm_fingerprint`` on Spanner, else the client.
+
+Every RPC has a timeout (``batch_timeout``), each batch is retried under
+:mod:`sharded_orm.retry`, and ``deadline`` bounds the whole run: a silent server ends it
+with an error saying how to resume. Progress goes through :mod:`sharded_orm.progress`
+(a bar on a terminal, log lines elsewhere), or to a callback.
 """
 
 from __future__ import annotations
 
-import sys
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Sequence
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
@@ -37,55 +40,27 @@ from sqlalchemy.engine import Connection, Engine
 from sharded_orm.checks import check_identifier, check_positive_int
 from sharded_orm.errors import ShardConfigError, ShardTypeError
 from sharded_orm.hashing import FARM_FINGERPRINT, shard_function, validate_algorithm
+from sharded_orm.progress import Mode
+from sharded_orm.retry import Deadline
 from sharded_orm.spanner import is_spanner
 
 from . import reflection
-from .backfill_io import MutationWriter, Plan, SqlWriter, utc
+from .backfill_io import Plan, SpannerWriter, SqlWriter
+from .backfill_walk import BackfillProgress, BackfillResult, ProgressCallback, Walk, callback_of
 from .markers import find_marker, spec_digest
 
+__all__ = [
+    "ENGINES",
+    "BackfillIncomplete",
+    "BackfillProgress",
+    "BackfillResult",
+    "backfill_shard",
+    "check_backfill_args",
+    "run",
+]
 
-@dataclass(frozen=True)
-class BackfillProgress:
-    """Where a backfill stands after a batch."""
-
-    table: str
-    column: str
-    done: int  # rows filled by this run so far
-    total: int  # rows that were NULL when this run started
-    batches: int
-    elapsed: float
-    phase: str = "fill"  # "fill", then "verify"
-    fixed: int = 0  # stale rows rewritten by the verify pass so far
-
-
-@dataclass(frozen=True)
-class BackfillResult:
-    """What a backfill run did."""
-
-    table: str
-    column: str
-    rows: int  # rows filled by this run (0: the column was already complete)
-    batches: int
-    method: str  # "partitioned_dml", "mutations" (Spanner), "client_batches" or "nothing_to_do"
-    elapsed: float
-    verified: int = 0  # rows checked by the verify pass
-    fixed: int = 0  # stale rows it rewrote
-
-
-ProgressCallback = Callable[[BackfillProgress], None]
-
-
-def print_progress(p: BackfillProgress) -> None:
-    """The default progress display: a bar on stderr, redrawn in place."""
-    width = 30
-    frac = p.done / p.total if p.total else 1.0
-    bar = "#" * int(frac * width)
-    end = "\n" if p.phase == "verify" or p.done >= p.total else ""
-    sys.stderr.write(
-        f"\rbackfill {p.table}.{p.column} {p.phase} [{bar:<{width}}] {p.done}/{p.total} "
-        f"({p.batches} batches, {p.fixed} fixed, {p.elapsed:.1f}s){end}"
-    )
-    sys.stderr.flush()
+#: What ``engine=`` accepts.
+ENGINES = ("auto", "client", "partitioned_dml", "external")
 
 
 def check_backfill_args(
@@ -124,6 +99,10 @@ def _check_marker(
         )
 
 
+class BackfillIncomplete(ShardConfigError):
+    """Rows are still unfilled where the step needs none (a contract, an external fill)."""
+
+
 def backfill_shard(
     bind: Engine | Connection,
     table: str,
@@ -133,17 +112,26 @@ def backfill_shard(
     count: int,
     algorithm: str = "crc32",
     batch_size: int = 500,
-    progress: ProgressCallback | bool = True,
+    progress: ProgressCallback | bool | Mode | None = True,
     partitioned_dml: bool | None = None,
     verify: bool = True,
+    engine: str = "auto",
+    require_complete: bool = False,
+    deadline: float | None = None,
+    batch_timeout: float = 60.0,
 ) -> BackfillResult:
-    """Fill ``table.column`` with ``compute_shard(sources, count, algorithm)`` where NULL,
-    then verify every row and fix stale ones (``verify=False`` skips that pass).
+    """Fill ``table.column`` with ``compute_shard(sources, count, algorithm)`` where NULL
+    and fix rows whose value is stale (``verify=False``: NULL rows only), in one walk.
 
     ``bind``: an Engine, or a Connection whose engine is used: each batch runs in its
-    own transaction on its own connection, so a stop loses at most one batch.
-    ``sources`` are SQL column names in hashing order. ``partitioned_dml=None`` uses it
-    on Spanner for ``farm_fingerprint`` and client batches otherwise.
+    own transaction, so a stop loses at most one batch. ``sources`` are SQL column names
+    in hashing order. ``engine``: see the module docstring (``partitioned_dml=True/False``
+    is the older spelling of ``engine="partitioned_dml"/"client"``). ``require_complete``:
+    afterwards, fail if any row is still NULL. ``deadline``: seconds for the whole run
+    (None: each batch is still bounded by its retry policy); ``batch_timeout``: the most
+    one RPC may take. ``progress``: True (``sharded_orm.progress``, auto mode), a mode
+    (``"bar"``, ``"log"``, ``"off"``), False or None (off), or a callback given a
+    :class:`BackfillProgress` after each batch.
     """
     if not isinstance(bind, (Engine, Connection)):
         raise ShardTypeError(
@@ -153,45 +141,39 @@ def backfill_shard(
     srcs = check_backfill_args(table, column, sources, batch_size)
     validate_algorithm(algorithm)
     fn = shard_function(count, algorithm)
-    engine = bind.engine if isinstance(bind, Connection) else bind
-    report: ProgressCallback | None
-    report = print_progress if progress is True else (progress or None)
+    engine = _engine_choice(engine, partitioned_dml)
+    if deadline is not None:
+        check_positive_float(deadline, "deadline")
+    check_positive_float(batch_timeout, "batch_timeout")
+    sa_engine = bind.engine if isinstance(bind, Connection) else bind
     start = time.monotonic()
-    spanner = is_spanner(engine)
-    use_pdml = partitioned_dml
-    if use_pdml is None:
-        use_pdml = spanner and algorithm == FARM_FINGERPRINT
-    with engine.connect() as conn:
+    spanner = is_spanner(sa_engine)
+    if engine == "auto":
+        engine = "partitioned_dml" if spanner and algorithm == FARM_FINGERPRINT else "client"
+    with sa_engine.connect() as conn:
         plan = Plan(conn, table, column, srcs)
-        target = plan.target
+        key_order = reflection.read_primary_key(conn, table) if spanner else []
         _check_marker(conn, table, column, srcs, count, algorithm)
-        out_of_range = conn.execute(
-            sa.select(sa.func.count()).where(
-                target.is_not(None), sa.or_(target < 0, target >= count)
-            )
-        ).scalar_one()
-        if out_of_range:
-            raise ShardConfigError(
-                f"{table}.{column} holds {out_of_range} value(s) outside 0..{count - 1}: it is "
-                f"not a shard column of count {count} (a data column, or another count?). "
-                "Refusing to overwrite it."
-            )
-        total = 0  # the partitioned path counts them itself, right before its update
-        if not use_pdml:
-            total = conn.execute(sa.select(sa.func.count()).where(target.is_(None))).scalar_one()
+        _check_range(conn, plan, count)
         conn.rollback()
-    if use_pdml:
+    if engine == "partitioned_dml":
         if algorithm != FARM_FINGERPRINT or not spanner:
             raise ShardConfigError(
                 "partitioned DML backfill needs Spanner and algorithm='farm_fingerprint': "
                 "Spanner has no CRC32 function, so crc32 shards are computed by the client"
             )
-        return _partitioned(engine, plan, count, report, start)
-    writer = MutationWriter(engine, plan) if spanner else SqlWriter(engine, plan)
-    run = _Run(plan, fn, batch_size, writer, report, start, total)
-    run.fill()
-    if verify:
-        run.verify()
+        return _partitioned(sa_engine, plan, count, callback_of(progress), start, require_complete)
+    writer: SpannerWriter | SqlWriter
+    writer = SpannerWriter(sa_engine, plan, key_order) if spanner else SqlWriter(sa_engine, plan)
+    try:
+        if engine == "external":
+            return _external(writer, plan, count, algorithm, start, batch_timeout)
+        run = Walk(plan, fn, batch_size, writer, progress, start, verify)
+        run.walk(Deadline(deadline), batch_timeout)
+        if require_complete:
+            _require_complete(writer, plan, run.clock.remaining() if deadline else 600.0)
+    finally:
+        writer.close()
     method = "mutations" if spanner else "client_batches"
     if run.done == 0 and run.fixed == 0:
         method = "nothing_to_do"
@@ -201,72 +183,66 @@ def backfill_shard(
     )  # fmt: skip
 
 
-class _Run:
-    def __init__(
-        self, plan: Plan, fn: Callable[[Sequence[object]], int],
-        batch_size: int, writer: SqlWriter | MutationWriter,
-        report: ProgressCallback | None, start: float, total: int,
-    ) -> None:  # fmt: skip
-        self.plan = plan
-        self.fn = fn
-        self.batch_size = batch_size
-        self.writer = writer
-        self.report = report
-        self.start = start
-        self.total = total
-        self.done = self.batches = self.verified = self.fixed = 0
-        names = [c.name for c in plan.read_cols]
-        self.key_at = [names.index(c.name) for c in plan.key]
-        self.src_at = [names.index(c.name) for c in plan.sources]
-        self.target_at = names.index(plan.target.name)
+def check_positive_float(value: object, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1e9:
+        raise ShardConfigError(f"{what} must be a positive number of seconds, got {value!r}")
+    return float(value)
 
-    def _changes(self, rows: list[Any], only_stale: bool) -> list[tuple[Any, int]]:
-        out = []
-        for r in rows:
-            value = self.fn([utc(r[i]) for i in self.src_at])
-            if not only_stale or r[self.target_at] != value:
-                out.append(([r[i] for i in self.key_at], value))
-        return out
 
-    def _tell(self, phase: str) -> None:
-        if self.report is not None:
-            self.report(
-                BackfillProgress(
-                    self.plan.table.name, self.plan.target.name, self.done,
-                    max(self.total, self.done), self.batches, time.monotonic() - self.start,
-                    phase, self.fixed,
-                )
-            )  # fmt: skip
+def _engine_choice(engine: object, partitioned_dml: bool | None) -> str:
+    if engine not in ENGINES:
+        raise ShardConfigError(
+            f"engine must be one of {', '.join(map(repr, ENGINES))}, got {engine!r}"
+        )
+    if partitioned_dml is not None and engine == "auto":
+        return "partitioned_dml" if partitioned_dml else "client"
+    return str(engine)
 
-    def fill(self) -> None:
-        while True:
-            n = self.writer.batch(True, None, self.batch_size, lambda r: self._changes(r, False))
-            if not n:
-                break
-            self.done += n
-            self.batches += 1
-            self._tell("fill")
 
-    def verify(self) -> None:
-        after: list[Any] | None = None
-        fixed: list[int] = [0]
+def _check_range(conn: Connection, plan: Plan, count: int) -> None:
+    target = plan.target
+    out_of_range = conn.execute(
+        sa.select(sa.func.count()).where(target.is_not(None), sa.or_(target < 0, target >= count))
+    ).scalar_one()
+    if out_of_range:
+        raise ShardConfigError(
+            f"{plan.table.name}.{target.name} holds {out_of_range} value(s) outside "
+            f"0..{count - 1}: it is not a shard column of count {count} (a data column, or "
+            "another count?). Refusing to overwrite it."
+        )
 
-        def fix(rows: list[Any]) -> list[tuple[Any, int]]:
-            changes = self._changes(rows, True)
-            fixed[0] = len(changes)
-            return changes
 
-        while True:
-            n = self.writer.batch(False, after, self.batch_size, fix)
-            if not n:
-                break
-            last = self.writer.last
-            assert last is not None
-            after = [last[i] for i in self.key_at]
-            self.verified += n
-            self.fixed += fixed[0]
-            self.batches += 1
-            self._tell("verify")
+def _require_complete(writer: SpannerWriter | SqlWriter, plan: Plan, timeout: float) -> None:
+    """After the walk of a fenced step: a NULL row left means a writer that does not fill
+    the column is still running (old code is fenced by then)."""
+    left = writer.count_null(max(1.0, timeout))
+    if left:
+        raise BackfillIncomplete(
+            f"{plan.table.name}.{plan.target.name}: {left} row(s) are still NULL after the "
+            "backfill, written during it by a writer that neither fills the column nor "
+            "names the dropped old one (raw SQL, another service?). Stop or fix that writer "
+            "(docs/migrations.md, 'Writers'), then run the step again: it fills them."
+        )
+
+
+def _external(
+    writer: SpannerWriter | SqlWriter, plan: Plan, count: int, algorithm: str, start: float,
+    timeout: float,
+) -> BackfillResult:  # fmt: skip
+    """``engine="external"``: the fill ran out of band; check that no row is left NULL."""
+    left = writer.count_null(max(600.0, timeout))
+    if left:
+        t, c = plan.table.name, plan.target.name
+        srcs = " ".join(s.name for s in plan.sources)
+        raise BackfillIncomplete(
+            f"{t}.{c}: {left} row(s) are still NULL; this revision expects them filled out "
+            f"of band (engine='external'). Run the Beam backfill (docs/migrations.md, "
+            f"'Choosing the engine'), or on the client: sharded-orm backfill <url> {t} {c} "
+            f"--sources {srcs} --count {count} --algorithm {algorithm}; then upgrade again."
+        )
+    return BackfillResult(
+        plan.table.name, plan.target.name, 0, 1, "external", time.monotonic() - start
+    )
 
 
 def _partitioned(
@@ -275,20 +251,24 @@ def _partitioned(
     count: int,
     report: ProgressCallback | None,
     start: float,
+    require_complete: bool,
 ) -> BackfillResult:
-    """Both passes in Spanner: ``sharded_orm.load.backfill_server`` with ``fix_stale``
-    (``WHERE col IS NULL OR col != <expr>``), then its closing count of mismatches."""
+    """In Spanner: ``sharded_orm.load.backfill_server`` with ``fix_stale`` (``WHERE col IS
+    NULL OR col != <expr>``), then its closing count of mismatches. Those are an error
+    only where the step needs none (``require_complete``: old writers are fenced by
+    then); in an expand, rows old writers add meanwhile are theirs to leave NULL."""
     from sharded_orm.load.backfill_server import backfill_server_side
 
     res = backfill_server_side(
         engine, plan.table.name, plan.target.name, sources=[c.name for c in plan.sources],
         count=count, algorithm=FARM_FINGERPRINT, fix_stale=True, progress_mode="off",
     )  # fmt: skip
-    if res.mismatched:
-        raise ShardConfigError(
+    if res.mismatched and require_complete:
+        raise BackfillIncomplete(
             f"{plan.table.name}.{plan.target.name}: {res.mismatched} row(s) still disagree "
-            "with their sources after the backfill (written meanwhile by code that does not "
-            "fill the column?): run the backfill again"
+            "with their sources after the backfill, written meanwhile by a writer that does "
+            "not fill the column (raw SQL, another service?). Stop or fix that writer, then "
+            "run the step again."
         )
     elapsed = time.monotonic() - start
     total = res.rows_missing_before or 0  # the NULL rows it found before its update
@@ -304,6 +284,39 @@ def _partitioned(
     )
 
 
+def run(
+    url: str,
+    table: str,
+    column: str,
+    *,
+    sources: Sequence[str],
+    count: int,
+    algorithm: str = "crc32",
+    batch_size: int = 500,
+    engine: str = "auto",
+    deadline: float | None = None,
+    batch_timeout: float = 60.0,
+    require_complete: bool = False,
+    progress: ProgressCallback | bool | Mode | None = True,
+) -> BackfillResult:
+    """The backfill of one shard column of the database at ``url``: the entry point of
+    ``sharded-orm backfill`` and ``python -m alembic_ext.backfill`` (the same code as
+    ``op.backfill_shard``). Opens and disposes its own engine."""
+    if not isinstance(url, str):
+        raise ShardTypeError(f"url must be a database URL string, got {url!r}")
+    import sharded_orm  # noqa: F401  (registers the Spanner dialect fixes)
+
+    sa_engine = sa.create_engine(url)
+    try:
+        return backfill_shard(
+            sa_engine, table, column, sources=sources, count=count, algorithm=algorithm,
+            batch_size=batch_size, progress=progress, engine=engine,
+            require_complete=require_complete, deadline=deadline, batch_timeout=batch_timeout,
+        )  # fmt: skip
+    finally:
+        sa_engine.dispose()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m alembic_ext.backfill URL TABLE COLUMN --sources A B --count N``."""
     import argparse
@@ -311,24 +324,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m alembic_ext.backfill", description=main.__doc__
     )
-    parser.add_argument("url")
-    parser.add_argument("table")
-    parser.add_argument("column")
-    parser.add_argument("--sources", nargs="+", required=True)
-    parser.add_argument("--count", type=int, required=True)
-    parser.add_argument("--algorithm", default="crc32")
-    parser.add_argument("--batch-size", type=int, default=500)
+    parser.add_argument("url", help="SQLAlchemy URL of the database")
+    parser.add_argument("table", help="the table to backfill")
+    parser.add_argument("column", help="the shard column to fill")
+    parser.add_argument("--sources", nargs="+", required=True, help="source columns, in order")
+    parser.add_argument("--count", type=int, required=True, help="shard count")
+    parser.add_argument("--algorithm", default="crc32", help="crc32 (default) or farm_fingerprint")
+    parser.add_argument("--batch-size", type=int, default=500, help="rows per batch (500)")
+    parser.add_argument("--engine", default="auto", choices=ENGINES, help="auto (default)")
+    parser.add_argument("--deadline", type=float, default=None, help="seconds for the run")
     args = parser.parse_args(argv)
-    import sharded_orm  # noqa: F401  (registers the Spanner dialect fixes)
-
-    engine = sa.create_engine(args.url)
-    try:
-        result = backfill_shard(
-            engine, args.table, args.column, sources=args.sources, count=args.count,
-            algorithm=args.algorithm, batch_size=args.batch_size,
-        )  # fmt: skip
-    finally:
-        engine.dispose()
+    result = run(
+        args.url, args.table, args.column, sources=args.sources, count=args.count,
+        algorithm=args.algorithm, batch_size=args.batch_size, engine=args.engine,
+        deadline=args.deadline,
+    )  # fmt: skip
     print(
         f"{result.rows} rows filled, {result.verified} verified, {result.fixed} fixed, "
         f"in {result.batches} batches ({result.method})"

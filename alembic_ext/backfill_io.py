@@ -5,21 +5,27 @@ Used by :mod:`alembic_ext.backfill`.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
+import math
+import time
 import warnings
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from contextlib import suppress
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from sharded_orm.errors import ShardConfigError, ShardingWarning
-from sharded_orm.read.order import after_condition
+from sharded_orm.read.order import after_condition, at_or_before_condition
 from sharded_orm.retry import RetryPolicy, retry_call
 from sharded_orm.spanner.mutations import database_of
 
 #: Each batch: up to 8 attempts within 120 s (sharded_orm.retry's defaults).
 BATCH_POLICY = RetryPolicy()
+
+T = TypeVar("T")
 
 Fix = Callable[[list[Any]], list[tuple[Any, int]]]
 
@@ -96,16 +102,27 @@ class SqlWriter:
             )
             .execution_options(sharded_orm_raw_sql_ok=True)
         )  # it writes computed shards
+        self.order = [(c, False) for c in plan.key]
 
-    def batch(self, null_only: bool, after: list[Any] | None, limit: int, fix: Fix) -> int:
-        """Read the next rows (the NULL ones, or those after key ``after``), write what
-        ``fix`` returns; the number of rows read (0: done)."""
+    def last_key(self, timeout: float) -> list[Any] | None:
+        """The table's last key now: the walk's end (rows added after it are not chased)."""
+        p = self.plan
+        with self.engine.connect() as conn:
+            row = conn.execute(
+                sa.select(*p.key).order_by(*[c.desc() for c in p.key]).limit(1)
+            ).first()
+        return None if row is None else list(row)
+
+    def batch(
+        self, after: list[Any] | None, bound: list[Any], limit: int, fix: Fix, timeout: float
+    ) -> list[list[Any]]:
+        """Read the next ``limit`` rows after key ``after`` (up to ``bound``), write what
+        ``fix`` returns; the rows read (none: the walk is done)."""
         p = self.plan
         read = sa.select(*p.read_cols).order_by(*p.key).limit(limit)
-        if null_only:
-            read = read.where(p.target.is_(None))
-        elif after is not None:
-            read = read.where(after_condition([(c, False) for c in p.key], after))
+        read = read.where(at_or_before_condition(self.order, bound))
+        if after is not None:
+            read = read.where(after_condition(self.order, after))
         with self.engine.begin() as conn:
             rows = [list(r) for r in conn.execute(read)]
             changes = fix(rows)
@@ -117,79 +134,208 @@ class SqlWriter:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore", ShardingWarning)
                     conn.execute(self.stmt, args)
-        self.last = rows[-1] if rows else None
-        return len(rows)
+        return rows
+
+    def count_null(self, timeout: float) -> int:
+        p = self.plan
+        with self.engine.connect() as conn:
+            return int(
+                conn.execute(sa.select(sa.func.count()).where(p.target.is_(None))).scalar_one()
+            )
+
+    def close(self) -> None:
+        pass
 
 
-class MutationWriter:
-    """Spanner: one read-write transaction per batch, reading the rows and writing the
-    changed ones back as one UPDATE mutation (a mutation is one write; a batch of row
-    UPDATE statements costs a round of DML per row)."""
+class SpannerWriter:
+    """Spanner: each batch is one read-write transaction that reads the next rows of the
+    key range after the cursor (Spanner's Read API with a ``KeyRange``: the table's stored
+    order, DESC parts included, one seek, never a rescan) and commits the changed ones as
+    one UPDATE mutation. Every RPC is sent with the batch's timeout and no client retry
+    (the client's own retries would wait up to an hour on a silent server):
+    :mod:`sharded_orm.retry` decides, with the backfill's deadline."""
 
-    def __init__(self, engine: Engine, plan: Plan) -> None:
+    def __init__(self, engine: Engine, plan: Plan, key_order: list[tuple[str, bool]]) -> None:
         self.database: Any = database_of(engine)
+        self.api: Any = self.database.spanner_api
+        self.metadata = [
+            ("google-cloud-resource-prefix", self.database.name),
+            ("x-goog-spanner-route-to-leader", "true"),
+        ]
         self.engine = engine
         self.plan = plan
+        self.key_order = key_order
+        self.session: str | None = None
+        self.key_names = [c.name for c in plan.key]
+        self.columns = [c.name for c in plan.read_cols]
+        self.quote = engine.dialect.identifier_preparer.quote
 
-    def batch(self, null_only: bool, after: list[Any] | None, limit: int, fix: Fix) -> int:
-        plan = self.plan
-        q = self.engine.dialect.identifier_preparer.quote
-        key_names = [c.name for c in plan.key]
-        params: dict[str, Any] = {}
-        types: dict[str, Any] = {}
-        where = "TRUE"
-        if null_only:
-            where = f"{q(plan.target.name)} IS NULL"
-        elif after is not None:
-            terms = []
-            for i, col in enumerate(plan.key):
-                params[f"k{i}"] = after[i]
-                types[f"k{i}"] = param_type(col.type)
-                equal = [f"{q(plan.key[j].name)} = @k{j}" for j in range(i)]
-                terms.append("(" + " AND ".join([*equal, f"{q(col.name)} > @k{i}"]) + ")")
-            where = " OR ".join(terms)
-        sql = (
-            f"SELECT {', '.join(q(c.name) for c in plan.read_cols)} FROM {q(plan.table.name)} "
-            f"WHERE {where} ORDER BY {', '.join(q(k) for k in key_names)} LIMIT {int(limit)}"
+    def _session(self, timeout: float) -> str:
+        if self.session is None:
+            from google.cloud.spanner_v1 import CreateSessionRequest
+
+            made = self.api.create_session(
+                request=CreateSessionRequest(database=self.database.name),
+                metadata=self.metadata, timeout=timeout, retry=None,
+            )  # fmt: skip
+            self.session = str(made.name)
+        return self.session
+
+    def _query(self, sql: str, timeout: float) -> list[list[Any]]:
+        from google.cloud.spanner_v1 import ExecuteSqlRequest
+        from google.cloud.spanner_v1.streamed import StreamedResultSet
+
+        deadline = time.monotonic() + timeout
+        request = ExecuteSqlRequest(session=self._session(timeout), sql=sql)
+        stream = self.api.execute_streaming_sql(
+            request=request, metadata=self.metadata, timeout=_left(deadline), retry=None
         )
-        rows: list[Any] = []
+        return [list(r) for r in StreamedResultSet(stream)]
 
-        def work(txn: Any) -> None:
-            found = txn.execute_sql(sql, params=params or None, param_types=types or None)
-            rows[:] = [list(r) for r in found]
-            changes = fix(rows)
-            if changes:
-                values = [[*key, value] for key, value in changes]
-                txn.update(
-                    table=plan.table.name, columns=[*key_names, plan.target.name], values=values
-                )
-
-        def attempt(timeout: float) -> None:
-            self.database.run_in_transaction(work, timeout_secs=timeout)
-
-        retry_call(
-            attempt, BATCH_POLICY, what=f"backfill batch of {plan.table.name}.{plan.target.name}",
-            idempotent=True, resume="Run the backfill again: it resumes where it stopped.",
+    def last_key(self, timeout: float) -> list[Any] | None:
+        """The table's last key now (the walk's end: rows added after it are not chased)."""
+        q = self.quote
+        order = ", ".join(f"{q(n)}{' ASC' if d else ' DESC'}" for n, d in self.key_order)
+        names = ", ".join(q(n) for n, _ in self.key_order)
+        rows = self._retried(
+            lambda t: self._query(
+                f"SELECT {names} FROM {q(self.plan.table.name)} ORDER BY {order} LIMIT 1", t
+            ),
+            timeout, "read the last key of",
         )  # fmt: skip
-        self.last = rows[-1] if rows else None
-        return len(rows)
+        return rows[0] if rows else None
+
+    def count_null(self, timeout: float) -> int:
+        q = self.quote
+        sql = (
+            f"SELECT COUNT(*) FROM {q(self.plan.table.name)} "
+            f"WHERE {q(self.plan.target.name)} IS NULL"
+        )
+        rows = self._retried(lambda t: self._query(sql, t), timeout, "count unfilled rows of")
+        return int(rows[0][0])
+
+    def _retried(self, fn: Callable[[float], T], timeout: float, what: str) -> T:
+        p = self.plan
+        policy = dataclasses.replace(BATCH_POLICY, call_timeout=timeout, deadline=timeout * 2)
+
+        def attempt(t: float) -> T:
+            try:
+                return fn(t)
+            except Exception:
+                self.session = None  # a lost session, a dead server: start afresh
+                raise
+
+        return retry_call(
+            attempt, policy, what=f"{what} {p.table.name}", idempotent=True,
+            resume="Run the backfill again: it resumes where it stopped.",
+        )  # fmt: skip
+
+    def batch(
+        self, after: list[Any] | None, bound: list[Any], limit: int, fix: Fix, timeout: float
+    ) -> list[list[Any]]:
+        """One transaction: the next ``limit`` rows after key ``after`` up to ``bound``
+        (both in the table's stored order), the changed ones written back."""
+        from google.cloud.spanner_v1 import (
+            BeginTransactionRequest,
+            CommitRequest,
+            Mutation,
+            ReadRequest,
+            TransactionOptions,
+            TransactionSelector,
+        )
+        from google.cloud.spanner_v1.streamed import StreamedResultSet
+        from google.cloud.spanner_v1.types import KeyRange, KeySet  # the wire messages
+
+        plan = self.plan
+        deadline = time.monotonic() + timeout
+        session = self._session(timeout)
+        begun = self.api.begin_transaction(
+            request=BeginTransactionRequest(
+                session=session,
+                options=TransactionOptions(read_write=TransactionOptions.ReadWrite()),
+            ),
+            metadata=self.metadata, timeout=_left(deadline), retry=None,
+        )  # fmt: skip
+        txn_id = begun.id
+        try:
+            start = (
+                {"start_open": list_value(after)}
+                if after is not None
+                else {"start_closed": list_value([])}
+            )
+            key_set = KeySet(ranges=[KeyRange(**start, end_closed=list_value(bound))])
+            request = ReadRequest(
+                session=session, transaction=TransactionSelector(id=txn_id),
+                table=plan.table.name, columns=self.columns, key_set=key_set, limit=limit,
+            )  # fmt: skip
+            stream = self.api.streaming_read(
+                request=request, metadata=self.metadata, timeout=_left(deadline), retry=None
+            )
+            rows = [list(r) for r in StreamedResultSet(stream)]
+            changes = fix(rows)
+            mutations = []
+            if changes:
+                write = Mutation.Write(
+                    table=plan.table.name,
+                    columns=[*self.key_names, plan.target.name],
+                    values=[list_value([*key, value]) for key, value in changes],
+                )
+                mutations.append(Mutation(update=write))
+            self.api.commit(
+                request=CommitRequest(session=session, transaction_id=txn_id, mutations=mutations),
+                metadata=self.metadata, timeout=_left(deadline), retry=None,
+            )  # fmt: skip
+        except BaseException:
+            with suppress(Exception):
+                self.api.rollback(
+                    session=session, transaction_id=txn_id, metadata=self.metadata,
+                    timeout=min(2.0, _left(deadline) + 0.5), retry=None,
+                )  # fmt: skip
+            raise
+        return rows
+
+    def close(self) -> None:
+        """Delete the session (best effort, bounded: a dead server keeps it; it expires)."""
+        name, self.session = self.session, None
+        if name is not None:
+            with suppress(Exception):
+                self.api.delete_session(name=name, metadata=self.metadata, timeout=2.0, retry=None)
 
 
-def param_type(t: Any) -> Any:
-    from google.cloud.spanner_v1 import param_types
+def _left(deadline: float) -> float:
+    return max(0.001, deadline - time.monotonic())
 
-    if isinstance(t, sa.Integer):
-        return param_types.INT64
-    if isinstance(t, sa.DateTime):
-        return param_types.TIMESTAMP
-    if isinstance(t, sa.Boolean):
-        return param_types.BOOL
-    if isinstance(t, sa.Float):
-        return param_types.FLOAT64
-    if isinstance(t, sa.LargeBinary):
-        return param_types.BYTES
-    if isinstance(t, sa.Date):
-        return param_types.DATE
-    if isinstance(t, sa.Numeric):
-        return param_types.NUMERIC
-    return param_types.STRING
+
+def list_value(values: Sequence[Any]) -> Any:
+    """Key or row values as Spanner's wire ``ListValue`` (the Read API and mutations)."""
+    from google.protobuf import struct_pb2
+
+    return struct_pb2.ListValue(values=[_value(v) for v in values])
+
+
+def _value(v: Any) -> Any:
+    from google.protobuf import struct_pb2
+
+    if v is None:
+        return struct_pb2.Value(null_value=struct_pb2.NULL_VALUE)
+    if isinstance(v, bool):
+        return struct_pb2.Value(bool_value=v)
+    if isinstance(v, int):
+        return struct_pb2.Value(string_value=str(v))
+    if isinstance(v, float):
+        if math.isnan(v) or math.isinf(v):
+            return struct_pb2.Value(
+                string_value=str(v).replace("inf", "Infinity").replace("nan", "NaN")
+            )
+        return struct_pb2.Value(number_value=v)
+    if isinstance(v, bytes):  # the client hands BYTES back base64-encoded, as the wire wants
+        return struct_pb2.Value(string_value=v.decode("ascii"))
+    if isinstance(v, dt.datetime):
+        rfc3339 = getattr(v, "rfc3339", None)  # DatetimeWithNanoseconds keeps its nanoseconds
+        if callable(rfc3339):
+            return struct_pb2.Value(string_value=str(rfc3339()))
+        u = v.astimezone(dt.timezone.utc) if v.tzinfo else v
+        return struct_pb2.Value(string_value=u.strftime("%Y-%m-%dT%H:%M:%S.%fZ"))
+    if isinstance(v, dt.date):
+        return struct_pb2.Value(string_value=v.isoformat())
+    return struct_pb2.Value(string_value=str(v))  # STRING, NUMERIC (Decimal), JSON text

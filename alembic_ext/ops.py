@@ -3,10 +3,12 @@
 Everything autogenerate writes is a plain ``op.*`` call with ``spanner_*`` keywords,
 except filling a shard column on a table that has rows, which no stock op can do:
 
-``op.backfill_shard(table, column, sources=[...], count=N, algorithm="crc32")``
+``op.backfill_shard(table, column, sources=[...], count=N, algorithm="crc32", engine=...)``
     online: :func:`alembic_ext.backfill.backfill_shard` between two commits (Alembic's
-    ``autocommit_block``), batched, resumable, idempotent. Offline (``--sql``): a comment
-    saying that this step needs online mode and the exact command to run it.
+    ``autocommit_block``), batched, resumable, idempotent; ``engine`` picks the client,
+    Partitioned DML or an out-of-band fill (Beam) that it only checks. Offline (``--sql``):
+    the UPDATE that computes it (``farm_fingerprint``), then a statement that fails while
+    any row is unfilled (``crc32``: after the command that fills it, in a comment).
 
 The other classes here are autogenerate's internal plans (never in a migration file):
 they render as several plain ops and reverse into each other, so downgrades come out
@@ -26,7 +28,7 @@ from sharded_orm.checks import check_identifier
 from sharded_orm.errors import ShardConfigError
 from sharded_orm.hashing import shard_function
 
-from .backfill import check_backfill_args
+from .backfill import ENGINES, check_backfill_args
 from .errors import MigrationError
 from .markers import Marker
 
@@ -55,15 +57,22 @@ class BackfillShardOp(MigrateOperation):
         count: int,
         algorithm: str = "crc32",
         batch_size: int = 500,
+        engine: str = "auto",
     ) -> None:
         # checked when the migration runs its upgrade(), before any statement
         self.sources = check_backfill_args(table_name, column_name, sources, batch_size)
         shard_function(count, algorithm)  # count and algorithm
+        if engine not in ENGINES:
+            raise ShardConfigError(
+                f"backfill_shard engine must be one of {', '.join(map(repr, ENGINES))}, "
+                f"got {engine!r}"
+            )
         self.table_name = table_name
         self.column_name = column_name
         self.count = count
         self.algorithm = algorithm
         self.batch_size = batch_size
+        self.engine = engine
 
     @classmethod
     def backfill_shard(
@@ -76,11 +85,16 @@ class BackfillShardOp(MigrateOperation):
         count: int,
         algorithm: str = "crc32",
         batch_size: int = 500,
+        engine: str = "auto",
     ) -> Any:
-        """Fill ``table_name.column_name`` with its shard where NULL (online only)."""
+        """Fill ``table_name.column_name`` with its shard where NULL or stale.
+
+        ``engine``: ``"auto"`` (Partitioned DML for farm_fingerprint on Spanner, else the
+        client), ``"client"``, ``"partitioned_dml"``, or ``"external"`` (filled out of
+        band, e.g. by the Beam pipeline: only checked, failing with what to run)."""
         op = cls(
             table_name, column_name, sources=sources, count=count,
-            algorithm=algorithm, batch_size=batch_size,
+            algorithm=algorithm, batch_size=batch_size, engine=engine,
         )  # fmt: skip
         return operations.invoke(op)
 
@@ -124,9 +138,10 @@ def _error(message: str) -> Exception:
 
 
 class VerifyShardOp(BackfillShardOp):
-    """A contract's first step: ``op.backfill_shard`` on the shard column that stays, so
-    rows written since the expand by code that did not fill it are fixed before the old
-    layout goes. Its own reverse (verifying again is harmless)."""
+    """A contract's last step: ``op.backfill_shard`` on the shard column that stays, run
+    after the old column is dropped (which fences old code: its writes name that column
+    and now fail), so it fills and fixes every row old code wrote since the expand and
+    nothing can add one behind it. Its own reverse (verifying again is harmless)."""
 
     def reverse(self) -> MigrateOperation:
         return self
@@ -136,14 +151,7 @@ class VerifyShardOp(BackfillShardOp):
 def _run_backfill(operations: Operations, op: BackfillShardOp) -> None:
     ctx = operations.migration_context
     if ctx.as_sql:
-        srcs = ", ".join(op.sources)
-        ctx.impl.static_output(
-            f"-- sharded_orm: NEEDS ONLINE MODE: fill {op.table_name}.{op.column_name} with "
-            f"shard({srcs}) mod {op.count} ({op.algorithm}) for existing rows, before the "
-            f"next statement. Run it with: python -m alembic_ext.backfill <url> "
-            f"{op.table_name} {op.column_name} --sources {' '.join(op.sources)} "
-            f"--count {op.count} --algorithm {op.algorithm}"
-        )
+        _offline_backfill(operations, op)
         return
     from .backfill import backfill_shard
 
@@ -152,9 +160,12 @@ def _run_backfill(operations: Operations, op: BackfillShardOp) -> None:
     _model_check(operations, op)
     flush = getattr(ctx.impl, "flush_ddl", None)
     if flush is not None:
-        flush()  # the column must exist before it is filled
+        flush()  # the column must exist (and the old one be gone) before it is filled
     attrs = getattr(ctx.config, "attributes", None) or {}
     progress = attrs.get(PROGRESS_ATTRIBUTE, True)
+    # The last step of a contract needs every row filled: the old column is dropped by
+    # then, so old code fails loudly instead of adding a row without the new shard.
+    contract = _after_old_layout_dropped(operations, op)
     with ctx.autocommit_block():
         backfill_shard(
             ctx.connection,
@@ -165,7 +176,75 @@ def _run_backfill(operations: Operations, op: BackfillShardOp) -> None:
             algorithm=op.algorithm,
             batch_size=op.batch_size,
             progress=progress,
+            engine=op.engine,
+            require_complete=contract,
         )
+
+
+def _after_old_layout_dropped(operations: Operations, op: BackfillShardOp) -> bool:
+    """True for a contract's verify, and for a backfill of a column the models declare NOT
+    NULL: either way no row may be left unfilled when the step reports success."""
+    if isinstance(op, VerifyShardOp):
+        return True
+    for m in metadata_list(operations.migration_context.opts.get("target_metadata")):
+        table = m.tables.get(op.table_name)
+        if table is not None and op.column_name in table.c:
+            return not table.c[op.column_name].nullable
+    return False
+
+
+def _offline_backfill(operations: Operations, op: BackfillShardOp) -> None:
+    """``--sql``: the statements a DBA applies in order. farm_fingerprint: the UPDATE that
+    computes the shard (Partitioned-DML-able). Always: an UPDATE that raises while any
+    row is unfilled, so a script applied without the fill stops there."""
+    from sharded_orm.hashing import FARM_FINGERPRINT
+    from sharded_orm.load.verify import quote
+
+    ctx = operations.migration_context
+    t, c = op.table_name, op.column_name
+    srcs = " ".join(op.sources)
+    out = ctx.impl.static_output
+    sources = _model_sources(operations, op)
+    if op.algorithm == FARM_FINGERPRINT and sources is not None and op.engine != "external":
+        from sharded_orm.load.backfill_server import backfill_sql
+
+        out(
+            f"-- sharded_orm: fill {t}.{c} (shard of {', '.join(op.sources)} mod {op.count}). "
+            "On a large table run it as Partitioned DML: gcloud spanner databases "
+            "execute-sql DATABASE --instance=INSTANCE --enable-partitioned-dml --sql='...'"
+        )
+        out(backfill_sql(t, c, sources, op.count, fix_stale=True) + ctx.impl.command_terminator)
+    else:
+        out(
+            f"-- sharded_orm: NEEDS A FILL BEFORE THE NEXT STATEMENT: {t}.{c} = shard("
+            f"{', '.join(op.sources)}) mod {op.count} ({op.algorithm}), which Spanner cannot "
+            f"compute in SQL. Run: sharded-orm backfill <url> {t} {c} --sources {srcs} "
+            f"--count {op.count} --algorithm {op.algorithm} (or the Beam pipeline, "
+            "docs/migrations.md). The next statement fails while a row is unfilled."
+        )
+    message = (
+        f"sharded_orm: {t}.{c} has unfilled rows; run: sharded-orm backfill <url> {t} {c} "
+        f"--sources {srcs} --count {op.count} --algorithm {op.algorithm}, then this "
+        "script again from here"
+    )
+    out(
+        f"UPDATE {quote(t, 'table name')} SET {quote(c)} = ERROR({_sql_string(message)}) "
+        f"WHERE {quote(c)} IS NULL" + ctx.impl.command_terminator
+    )
+
+
+def _sql_string(text: str) -> str:
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _model_sources(operations: Operations, op: BackfillShardOp) -> list[sa.Column[Any]] | None:
+    """The source columns (with their types, which the SQL expression needs) from the
+    models, or None when ``target_metadata`` does not declare the table."""
+    for m in metadata_list(operations.migration_context.opts.get("target_metadata")):
+        table = m.tables.get(op.table_name)
+        if table is not None and all(s in table.c for s in op.sources):
+            return [table.c[s] for s in op.sources]
+    return None
 
 
 @Operations.register_operation("alter_index_storing")

@@ -196,8 +196,9 @@ def _render_add_shard_column(ctx: AutogenContext, op: AddShardColumnOp) -> list[
 def _render_verify(ctx: AutogenContext, op: VerifyShardOp) -> list[str]:
     srcs = ", ".join(repr(s) for s in op.sources)
     return [
-        f"# sharded_orm: verify {op.table_name}.{op.column_name} (fill and fix rows written "
-        "since the expand by code that did not compute it) before the old layout goes.",
+        f"# sharded_orm: verify {op.table_name}.{op.column_name} now that the old layout is "
+        "gone (old code writing it fails from here): fill and fix every row written since "
+        "the expand by code that did not compute it; fails if one is left.",
         f"{_op_prefix(ctx)}backfill_shard({op.table_name!r}, {op.column_name!r}, "
         f"sources=[{srcs}], count={op.count}, algorithm={op.algorithm!r})",
     ]

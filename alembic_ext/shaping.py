@@ -89,7 +89,7 @@ def stub_index(info: reflection.IndexInfo) -> sa.Index:
 
 def _order_key(op: ops.MigrateOperation) -> int:
     if isinstance(op, VerifyShardOp):
-        return -2
+        return 7  # after the old layout is dropped: that drop fences old writers
     if isinstance(op, DropShardColumnOp):
         return 6
     if isinstance(op, (AddShardColumnOp, ops.AddColumnOp, ReplaceGeneratedColumnOp)):

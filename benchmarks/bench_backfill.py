@@ -1,10 +1,12 @@
-"""Reshard backfill three ways on the emulator (issue 14's benchmark; not a test).
+"""Reshard backfill three ways on the emulator, at several sizes (not a test).
 
 LogEntries with ROWS rows written by "old code" (``EntryShardV2`` NULL), then filled by:
 
-1. client batches: ``alembic_ext.backfill.backfill_shard(..., partitioned_dml=False)``
-   (read a batch, hash in Python, one UPDATE mutation commit per batch; then its verify
-   pass re-reads every row), on a crc32 column;
+1. client walk: ``alembic_ext.backfill.backfill_shard(..., engine="client")`` (one walk
+   of the key with a key cursor: per batch a read-write transaction that reads the next
+   rows by KeyRange, hashes in Python and commits one UPDATE mutation), on a crc32
+   column. Linear: its rows/s must stay flat (within 1.3x) from the smallest size to the
+   largest (the ratio is printed);
 2. Partitioned DML: ``sharded_orm.load.backfill_server.backfill_server_side`` on a
    farm_fingerprint column (one UPDATE inside Spanner, then one server-side count);
 3. Beam ``Backfill`` on the DirectRunner (partitioned read, hash, update mutations in
@@ -13,7 +15,7 @@ LogEntries with ROWS rows written by "old code" (``EntryShardV2`` NULL), then fi
 Each is checked with ``sharded_orm.verify`` (0 mismatched rows, every row findable).
 RPCs: what each path sends, counted from its own reports (see the notes printed).
 
-    python benchmarks/bench_backfill.py [--rows 100000] [--batch-size 500]
+    python benchmarks/bench_backfill.py [--rows 20000 200000] [--batch-size 500] [--skip beam]
 """
 
 from __future__ import annotations
@@ -65,15 +67,14 @@ def client_batches(emulator: Emulator, rows: int, batch_size: int) -> dict[str, 
     t = time.perf_counter()
     result = backfill_shard(
         engine, "LogEntries", "EntryShardV2", sources=["CompanyId", "Timestamp"], count=16,
-        algorithm="crc32", batch_size=batch_size, progress=False, partitioned_dml=False,
+        algorithm="crc32", batch_size=batch_size, progress=False, engine="client",
     )  # fmt: skip
     seconds = time.perf_counter() - t
-    assert result.rows == rows, result
-    # each batch (fill or verify) is one read-write transaction: a query and a commit;
-    # plus the two counts up front and the empty batch closing each pass
-    rpcs = 2 * (result.batches + 2) + 2
+    assert result.rows == rows == result.verified, result
+    # CreateSession, the last-key query; per batch BeginTransaction, StreamingRead, Commit
+    rpcs = 2 + 3 * result.batches
     return {"seconds": seconds, "rpcs": rpcs, "verify": check(engine, CrcLogEntry, rows),
-            "note": f"{result.batches} batches of {batch_size} (fill + verify passes)"}  # fmt: skip
+            "note": f"{result.batches} batches of {batch_size}, one walk"}  # fmt: skip
 
 
 def partitioned_dml(emulator: Emulator, rows: int) -> dict[str, Any]:
@@ -121,28 +122,41 @@ def beam_backfill(emulator: Emulator, rows: int) -> dict[str, Any]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rows", type=int, default=100_000)
-    ap.add_argument("--batch-size", type=int, default=500, help="client batches' batch size")
+    ap.add_argument("--rows", type=int, nargs="+", default=[20_000, 200_000])
+    ap.add_argument("--batch-size", type=int, default=500, help="client walk's batch size")
     ap.add_argument("--skip", action="append", default=[], choices=("client", "pdml", "beam"))
     args = ap.parse_args()
-    results: dict[str, dict[str, Any]] = {}
+    results: list[tuple[str, int, dict[str, Any]]] = []
     with local_emulator() as emulator:
-        if "client" not in args.skip:
-            print("client batches (crc32):")
-            results["client batches (crc32)"] = client_batches(emulator, args.rows, args.batch_size)
-        if "pdml" not in args.skip:
-            print("Partitioned DML (farm_fingerprint):")
-            results["Partitioned DML (farm_fingerprint)"] = partitioned_dml(emulator, args.rows)
-        if "beam" not in args.skip:
-            print("Beam Backfill, DirectRunner (crc32):")
-            results["Beam Backfill, DirectRunner (crc32)"] = beam_backfill(emulator, args.rows)
-    print(f"\nreshard backfill of {args.rows:,} LogEntries rows on the emulator (verify: 0 each)")
-    print("| path | seconds | rows/s | RPCs | verify (s) | notes |")
-    print("|---|---:|---:|---:|---:|---|")
-    for name, r in results.items():
+        for rows in args.rows:
+            if "client" not in args.skip:
+                print(f"client walk (crc32), {rows:,} rows:")
+                r = client_batches(emulator, rows, args.batch_size)
+                results.append(("client walk (crc32)", rows, r))
+            if "pdml" not in args.skip:
+                print(f"Partitioned DML (farm_fingerprint), {rows:,} rows:")
+                results.append(
+                    ("Partitioned DML (farm_fingerprint)", rows, partitioned_dml(emulator, rows))
+                )
+            if "beam" not in args.skip:
+                print(f"Beam Backfill, DirectRunner (crc32), {rows:,} rows:")
+                results.append(
+                    ("Beam Backfill, DirectRunner (crc32)", rows, beam_backfill(emulator, rows))
+                )
+    print("\nreshard backfill of LogEntries on the emulator (verify: 0 mismatches each)")
+    print("| path | rows | seconds | rows/s | RPCs | verify (s) | notes |")
+    print("|---|---:|---:|---:|---:|---:|---|")
+    for name, rows, r in results:
         print(
-            f"| {name} | {r['seconds']:.1f} | {args.rows / r['seconds']:,.0f} | "
+            f"| {name} | {rows:,} | {r['seconds']:.1f} | {rows / r['seconds']:,.0f} | "
             f"~{r['rpcs']:,} | {r['verify']:.1f} | {r['note']} |"
+        )
+    client = [(rows, rows / r["seconds"]) for name, rows, r in results if name.startswith("client")]
+    if len(client) >= 2:
+        (small, fast), (large, slow) = client[0], client[-1]
+        print(
+            f"\nclient walk rows/s, {small:,} -> {large:,} rows: {fast:,.0f} -> {slow:,.0f} "
+            f"(ratio {fast / slow:.2f}; linear means <= 1.3)"
         )
 
 

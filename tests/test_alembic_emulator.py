@@ -297,10 +297,10 @@ def test_reshard_8_to_16_expand_then_contract(project: Any) -> None:
     assert "drop_index" not in up and "drop_column" not in up
     assert "op.drop_column('Logs', 'Shard16')" in down
     offline = proj.offline_sql(f"{_head_down(proj)}:head")
-    assert "-- sharded_orm: NEEDS ONLINE MODE: fill Logs.Shard16" in offline
-    assert offline.index("ADD COLUMN IF NOT EXISTS `Shard16` INT64") < offline.index(
-        "NEEDS ONLINE MODE"
-    )
+    assert "-- sharded_orm: NEEDS A FILL BEFORE THE NEXT STATEMENT: Logs.Shard16" in offline
+    check = "UPDATE `Logs` SET `Shard16` = ERROR("
+    assert offline.index("ADD COLUMN IF NOT EXISTS `Shard16` INT64") < offline.index(check)
+    assert offline.index(check) < offline.index("ALTER COLUMN `Shard16` INT64 NOT NULL")
 
     misses: list[tuple[int, int]] = []
     seen: list[BackfillProgress] = []
@@ -315,13 +315,13 @@ def test_reshard_8_to_16_expand_then_contract(project: Any) -> None:
     proj.upgrade(**{PROGRESS_ATTRIBUTE: reader})
     upgrade_s = time.monotonic() - t0
     assert misses == []
-    assert len(seen) >= 2 * ROWS // 500 and seen[-1].phase == "verify"
+    assert len(seen) == -(-ROWS // 500) and seen[-1].total == ROWS  # one walk, no rescan
     assert _found(engine, "Shard16", 16, "LogsByShard16") == ROWS
     assert set(_indexes(engine)) == {"LogsByShard8", "LogsByShard16"}
 
     script = proj.revision(_two(shard8=False), "contract")
     up = body(script, "upgrade")
-    assert up.index("backfill_shard('Logs', 'Shard16'") < up.index("drop_index('LogsByShard8'")
+    assert up.index("drop_column('Logs', 'Shard8')") < up.index("backfill_shard('Logs', 'Shard16'")
     proj.upgrade(**{PROGRESS_ATTRIBUTE: None})
     with engine.connect() as c:
         rows = c.exec_driver_sql("SELECT CompanyId, Ts, Shard16 FROM Logs").all()
@@ -354,15 +354,15 @@ def test_nullable_expand_lets_old_writers_insert_until_the_contract(project: Any
         )
     script = proj.revision(_two(shard8=False, nullable16=True), "contract")
     up = body(script, "upgrade")
-    assert up.index("backfill_shard('Logs', 'Shard16'") < up.index("drop_index('LogsByShard8'")
+    assert up.index("drop_column('Logs', 'Shard8')") < up.index("backfill_shard('Logs', 'Shard16'")
     proj.upgrade(**{PROGRESS_ATTRIBUTE: None})
     assert _found(engine, "Shard16", 16, "LogsByShard16") == 301
 
 
 @pytest.mark.filterwarnings("ignore::sharded_orm.errors.ShardingWarning")  # old code: raw SQL
 def test_verify_pass_fixes_rows_old_code_changed(spanner_engine: sa.Engine) -> None:
-    """A row whose source old code changes after the fill passed it is fixed by the
-    verify pass: no row is stale when the backfill returns."""
+    """A row whose source old code changes after the walk passed it is stale after that
+    walk (old code is fenced only by the contract) and fixed by the contract's run."""
     engine = spanner_engine
     _logs(8, "Shard8").create_all(engine)
     _seed_rows(engine, 1200)
@@ -374,10 +374,11 @@ def test_verify_pass_fixes_rows_old_code_changed(spanner_engine: sa.Engine) -> N
             with engine.begin() as c:
                 c.exec_driver_sql("UPDATE Logs SET CompanyId = 'moved' WHERE Id = '000001'")
 
-    res = backfill_shard(
-        engine, "Logs", "Shard4", sources=["CompanyId", "Ts"], count=4, progress=old_code
-    )
-    assert (res.rows, res.verified, res.fixed) == (1200, 1200, 1)
+    kw: dict[str, Any] = dict(sources=["CompanyId", "Ts"], count=4)
+    res = backfill_shard(engine, "Logs", "Shard4", progress=old_code, **kw)
+    assert (res.rows, res.verified, res.fixed) == (1200, 1200, 0)
+    fenced = backfill_shard(engine, "Logs", "Shard4", progress=False, require_complete=True, **kw)
+    assert (fenced.rows, fenced.verified, fenced.fixed) == (0, 1200, 1)
     with engine.connect() as c:
         rows = c.exec_driver_sql("SELECT CompanyId, Ts, Shard4 FROM Logs").all()
     assert all(compute_shard((a, b), 4) == s for a, b, s in rows)
@@ -459,7 +460,7 @@ def test_one_step_reshard_is_written_as_expand_and_contract(
     assert "op.drop_column('Logs', 'Shard16')" in body(ex, "downgrade")
     assert "apply only after every reader runs the new code" in co.splitlines()[0]
     up = body(co, "upgrade")
-    assert up.index("backfill_shard('Logs', 'Shard16'") < up.index("drop_index('LogsByShard8'")
+    assert up.index("drop_column('Logs', 'Shard8')") < up.index("backfill_shard('Logs', 'Shard16'")
     assert "drop_column('Logs', 'Shard8')" in up and "create_index" not in up
 
     proj.upgrade(expand.revision, **{PROGRESS_ATTRIBUTE: None})

@@ -21,6 +21,7 @@ from alembic.util import CommandError
 from alembic_project import Project, body
 
 from alembic_ext import backfill_shard
+from alembic_ext.backfill import BackfillIncomplete
 from alembic_ext.errors import MigrationError
 from alembic_ext.impl import idempotent_sql
 from sharded_orm import ShardConfigError, ShardTypeError, UTCDateTime, compute_shard, shard_column
@@ -99,7 +100,9 @@ def test_backfill_missing_table(engine: sa.Engine) -> None:
 
 
 def test_sqlite_timestamps_and_the_verify_pass(engine: sa.Engine) -> None:
-    """Naive datetimes from SQLite are UTC; a row changed after the fill is fixed."""
+    """Naive datetimes from SQLite are UTC; a row old code changed after the walk passed
+    it is stale after that walk (its writer must be fenced) and fixed by the next run
+    (the contract's, after the fence), which changes nothing else."""
     t = _logs()
 
     def old_code(p: Any) -> None:
@@ -108,12 +111,38 @@ def test_sqlite_timestamps_and_the_verify_pass(engine: sa.Engine) -> None:
                 c.exec_driver_sql("UPDATE Logs SET CompanyId = 'moved' WHERE Id = 0")
 
     res = backfill_shard(engine, "Logs", "Shard4", batch_size=20, progress=old_code, **OK)
-    assert (res.rows, res.verified, res.fixed, res.method) == (50, 50, 1, "client_batches")
+    assert (res.rows, res.verified, res.fixed, res.method) == (50, 50, 0, "client_batches")
+    fenced = backfill_shard(engine, "Logs", "Shard4", progress=False, require_complete=True, **OK)
+    assert (fenced.rows, fenced.verified, fenced.fixed) == (0, 50, 1)
     with engine.connect() as c:
         rows = c.execute(sa.select(t.c.CompanyId, t.c.Ts, t.c.Shard4)).all()
     assert all(compute_shard((co, ts.replace(tzinfo=UTC)), 4) == s for co, ts, s in rows)
     again = backfill_shard(engine, "Logs", "Shard4", progress=False, **OK)
     assert (again.rows, again.fixed, again.method) == (0, 0, "nothing_to_do")
+
+
+def test_sqlite_walk_is_linear_and_ends_at_its_start_bound(engine: sa.Engine) -> None:
+    """The walk reads each row once (key cursor, no rescan: batches = rows / batch_size)
+    and does not chase rows added after it began; require_complete then fails loudly."""
+    _logs()
+    late = iter(range(1000, 1010))
+
+    def writer(p: Any) -> None:
+        if p.batches == 1:  # a writer that does not fill the column, after the last key
+            with engine.begin() as c:
+                c.exec_driver_sql(
+                    f"INSERT INTO Logs (Id, CompanyId, Ts) VALUES ({next(late)}, 'x', '2024-01-01')"
+                )
+
+    res = backfill_shard(engine, "Logs", "Shard4", batch_size=10, progress=writer, **OK)
+    assert (res.rows, res.verified, res.batches) == (50, 50, 5)
+    with pytest.raises(BackfillIncomplete, match="1 row"):
+        backfill_shard(
+            engine, "Logs", "Shard4", batch_size=10, progress=writer, require_complete=True, **OK
+        )
+    # nothing writes now: the run completes it
+    done = backfill_shard(engine, "Logs", "Shard4", progress=False, require_complete=True, **OK)
+    assert (done.rows, done.verified) == (1, 52)
 
 
 def _operations(engine: sa.Engine, md: sa.MetaData | None) -> Callable[..., Any]:
@@ -144,6 +173,38 @@ def test_op_backfill_checks_the_model(
     with pytest.raises(MigrationError, match=fragment) as info:
         op("backfill_shard", "Logs", column, sources=["CompanyId", "Ts"], count=4)
     assert isinstance(info.value, CommandError)  # Alembic prints FAILED: <message>
+
+
+def test_progress_goes_through_sharded_orm_progress(
+    engine: sa.Engine, caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 24 item 8: log lines through sharded_orm.progress (rows walked, not 0/0),
+    never a \\r bar on stderr."""
+    caplog.set_level("INFO", logger="sharded_orm.progress")
+    backfill_shard(engine, "Logs", "Shard4", batch_size=20, progress="log", **OK)
+    lines = [r.getMessage() for r in caplog.records if r.name == "sharded_orm.progress"]
+    assert lines[0] == "backfill Logs.Shard4: started"
+    assert lines[-1].startswith("backfill Logs.Shard4: done, 50 rows in ")
+    assert "\r" not in capsys.readouterr().err
+
+
+def test_external_engine_only_checks_and_says_what_to_run(engine: sa.Engine) -> None:
+    """op.backfill_shard(engine="external"): the fill ran out of band (Beam); the step
+    writes nothing, refuses while a row is NULL (with the command), passes once filled."""
+    md = _model(table="Jobs")
+    _logs(sa.MetaData(), "Jobs").create(engine)
+    with engine.begin() as c:
+        c.exec_driver_sql("INSERT INTO Jobs (Id, CompanyId, Ts) VALUES (1, 'a', '2024-01-01')")
+    op = _operations(engine, md)
+    kw: dict[str, Any] = dict(sources=["CompanyId", "Ts"], count=4)
+    with pytest.raises(BackfillIncomplete, match="1 row.*sharded-orm backfill <url> Jobs Shard4"):
+        op("backfill_shard", "Jobs", "Shard4", engine="external", **kw)
+    with engine.connect() as c:
+        assert c.exec_driver_sql("SELECT Shard4 FROM Jobs").scalar() is None  # nothing written
+    backfill_shard(engine, "Jobs", "Shard4", progress=False, engine="client", **kw)
+    op("backfill_shard", "Jobs", "Shard4", engine="external", **kw)
+    with pytest.raises(ShardConfigError, match="engine must be one of"):
+        op("backfill_shard", "Jobs", "Shard4", engine="dataflow", **kw)
 
 
 def test_spanner_only_op_on_sqlite_says_so(engine: sa.Engine) -> None:

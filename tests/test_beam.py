@@ -4,6 +4,7 @@ letters) and the crc32 Backfill; the row preparation on its own; refusals."""
 from __future__ import annotations
 
 import datetime as dt
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -173,6 +174,22 @@ def test_import_sharded_orm_does_not_import_beam() -> None:
     assert out.stdout.strip() == "ok", out.stderr
 
 
+@pytest.fixture(params=["in_process", pytest.param("multi_processing", marks=pytest.mark.slow)])
+def pipeline(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """A DirectRunner pipeline maker: in-process, or in worker processes that share no
+    memory with the test (as on Dataflow); workers import the models from tests/."""
+    if request.param == "in_process":
+        return beam.Pipeline
+    from pathlib import Path
+
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    here = str(Path(__file__).parent)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([here, os.environ.get("PYTHONPATH", "")]))
+    options = PipelineOptions(direct_running_mode="multi_processing", direct_num_workers=2)
+    return lambda: beam.Pipeline(options=options)
+
+
 @pytest.fixture
 def beam_db(spanner_emulator: Any) -> Iterator[tuple[Any, dict[str, str]]]:
     """A fresh emulator database with CrcLogEntry's table, and the pipeline's ids."""
@@ -191,7 +208,9 @@ def beam_db(spanner_emulator: Any) -> Iterator[tuple[Any, dict[str, str]]]:
 
 
 @pytest.mark.emulator
-def test_write_sharded_loads_good_rows_and_dead_letters_bad_ones(beam_db: Any) -> None:
+def test_write_sharded_loads_good_rows_and_dead_letters_bad_ones(
+    beam_db: Any, pipeline: Any
+) -> None:
     engine, ids = beam_db
     bad = _bad_rows()
     inputs: list[Any] = list(rows(N_WRITE))
@@ -206,7 +225,7 @@ def test_write_sharded_loads_good_rows_and_dead_letters_bad_ones(beam_db: Any) -
             assert sum(why in r for r in reasons) == 1, (why, reasons)
         assert {repr(d["row"]) for d in letters} == {repr(row) for row, _ in bad}
 
-    p = beam.Pipeline()  # the DirectRunner
+    p = pipeline()  # the DirectRunner
     out = p | beam.Create(inputs) | WriteSharded(CrcLogEntry, **ids)
     assert_that(out["dead_letter"], check_letters)
     result = run(p, total=len(inputs), description="WriteSharded")
@@ -219,12 +238,12 @@ def test_write_sharded_loads_good_rows_and_dead_letters_bad_ones(beam_db: Any) -
 
 
 @pytest.mark.emulator
-def test_backfill_reshards_crc32_and_is_idempotent(beam_db: Any) -> None:
+def test_backfill_reshards_crc32_and_is_idempotent(beam_db: Any, pipeline: Any) -> None:
     engine, ids = beam_db
     load_old_rows(engine, CrcLogEntry, N_BACKFILL)
     assert verify(engine, CrcLogEntry).mismatched["EntryShardV2"] == N_BACKFILL
 
-    p = beam.Pipeline()
+    p = pipeline()
     _ = p | Backfill(CrcLogEntry, "EntryShardV2", **ids)
     result = run(p, total=N_BACKFILL, description="backfill", counter="rows_backfilled")
     assert counters(result)["rows_backfilled"] == N_BACKFILL
@@ -233,10 +252,10 @@ def test_backfill_reshards_crc32_and_is_idempotent(beam_db: Any) -> None:
     assert report.mismatched == {"EntryShardId": 0, "EntryShardV2": 0}
 
     # a second run finds nothing left; a full recompute writes the same values
-    p = beam.Pipeline()
+    p = pipeline()
     _ = p | Backfill(CrcLogEntry, "EntryShardV2", **ids)
     assert counters(run(p, counter="rows_backfilled")).get("rows_backfilled", 0) == 0
-    p = beam.Pipeline()
+    p = pipeline()
     _ = p | Backfill(CrcLogEntry, "EntryShardV2", only_missing=False, **ids)
     assert counters(run(p, counter="rows_backfilled"))["rows_backfilled"] == N_BACKFILL
     assert verify(engine, CrcLogEntry).ok

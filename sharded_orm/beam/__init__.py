@@ -1,10 +1,11 @@
 """sharded-orm on Apache Beam: loads and reshard backfills that scale past one machine.
 
 Install the extra: ``pip install 'sharded-orm[beam]'`` (apache-beam[gcp]). ``import
-sharded_orm`` never imports this package. Built on apache-beam's pure-Python Spanner
-connector (``apache_beam.io.gcp.experimental.spannerio``), so the same pipeline runs on the
-DirectRunner (tests, a laptop; against the emulator when ``SPANNER_EMULATOR_HOST`` is set)
-and on Dataflow, Flink or Spark with pipeline options only. See docs/at_scale.md.
+sharded_orm`` never imports this package. Its Spanner reads and writes are DoFns on the
+google-cloud-spanner client (:mod:`sharded_orm.beam.spanner_io`; no deprecated or
+cross-language connector), so the same pipeline runs on the DirectRunner, in-process or
+``multi_processing`` (tests, a laptop; against the emulator when ``SPANNER_EMULATOR_HOST``
+is set), and on Dataflow, Flink or Spark with pipeline options only. See docs/at_scale.md.
 
 * :class:`WriteSharded`: rows to a sharded table, shards and ids filled by the library,
   bad rows to a dead-letter output with the reason.

@@ -6,16 +6,15 @@ from typing import Any
 
 import apache_beam as beam
 import sqlalchemy as sa
-from apache_beam.io.gcp.experimental.spannerio import ReadFromSpanner, WriteMutation
 from apache_beam.metrics.metric import Metrics
 
 from sharded_orm.beam.rows import load_model, model_path
+from sharded_orm.beam.spanner_io import Database, Mutation, ReadQuery
 from sharded_orm.beam.write import (
     DEFAULT_BATCH_BYTES,
     DEFAULT_BATCH_CELLS,
     DEFAULT_BATCH_ROWS,
     NAMESPACE,
-    connector_deprecation_silenced,
     spanner_writer,
 )
 from sharded_orm.errors import ShardConfigError
@@ -63,7 +62,7 @@ class _ShardFn(beam.DoFn):
         self.key_at = [columns.index(c) for c in self.keys]
         self.source_at = [columns.index(c) for c in self.shard.sources]
         self.encode = bind_processors(self.keys, dialect)
-        self.columns = [c.name for c in self.keys] + [self.shard.name]
+        self.columns = (*[c.name for c in self.keys], self.shard.name)
 
     def process(self, raw: Any) -> Any:
         row = self.decode(raw)
@@ -75,7 +74,7 @@ class _ShardFn(beam.DoFn):
             return
         bound = [p(v) if p is not None else v for p, v in zip(self.encode, key, strict=True)]
         self.done.inc()
-        yield WriteMutation.update(table=self.table, columns=self.columns, values=[[*bound, shard]])
+        yield Mutation("update", self.table, self.columns, (*bound, shard), len(bound))
 
 
 class Backfill(beam.PTransform[Any, Any]):
@@ -115,10 +114,7 @@ class Backfill(beam.PTransform[Any, Any]):
             )
         self.column = sc.key
         self.sql, _ = backfill_query(model, column, only_missing)
-        with connector_deprecation_silenced():
-            self.read = ReadFromSpanner(
-                project_id, instance_id, database_id, sql=self.sql, credentials=credentials
-            )
+        self.read = ReadQuery(Database(project_id, instance_id, database_id, credentials), self.sql)
         self.writer = spanner_writer(
             project_id,
             instance_id,

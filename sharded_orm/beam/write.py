@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-import warnings
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import apache_beam as beam
-from apache_beam.io.gcp.experimental.spannerio import WriteMutation, WriteToSpanner
 from apache_beam.metrics.metric import Metrics
 
 from sharded_orm.beam.rows import (
@@ -18,6 +14,7 @@ from sharded_orm.beam.rows import (
     model_path,
     refuse_server_filled_keys,
 )
+from sharded_orm.beam.spanner_io import Database, Mutation, WriteMutations
 from sharded_orm.errors import ShardConfigError
 from sharded_orm.load.bulk import MAX_MUTATIONS
 from sharded_orm.schema.columns import table_of
@@ -33,16 +30,6 @@ DEFAULT_BATCH_CELLS = 5000
 NAMESPACE = "sharded_orm"
 
 
-@contextmanager
-def connector_deprecation_silenced() -> Iterator[None]:
-    """apache-beam deprecates its pure-Python Spanner connector in favour of a
-    cross-language transform that needs a Java expansion service; the pure-Python one is
-    the one that runs everywhere, so its warning is silenced where it is built."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        yield
-
-
 def spanner_writer(
     project_id: str,
     instance_id: str,
@@ -53,22 +40,17 @@ def spanner_writer(
     batch_cells: int,
     credentials: Any = None,
 ) -> beam.PTransform[Any, Any]:
-    """apache-beam's Python Spanner writer (mutation groups batched under the limits)."""
+    """Our Spanner writer (:mod:`sharded_orm.beam.spanner_io`): mutations sorted by key and
+    batched under the limits, ``credentials`` honoured."""
     if not 0 < batch_cells <= MAX_MUTATIONS:
         raise ShardConfigError(
             f"batch_cells must be in 1..{MAX_MUTATIONS} (Spanner's mutations per commit), "
             f"got {batch_cells}"
         )
-    with connector_deprecation_silenced():
-        return WriteToSpanner(
-            project_id=project_id,
-            instance_id=instance_id,
-            database_id=database_id,
-            credentials=credentials,
-            max_batch_size_bytes=batch_bytes,
-            max_number_rows=batch_rows,
-            max_number_cells=batch_cells,
-        )
+    db = Database(project_id, instance_id, database_id, credentials)
+    return WriteMutations(
+        db, batch_rows=batch_rows, batch_cells=batch_cells, batch_bytes=batch_bytes
+    )
 
 
 class _PrepareFn(beam.DoFn):
@@ -83,7 +65,11 @@ class _PrepareFn(beam.DoFn):
 
     def setup(self) -> None:
         self.plan = RowPlan(load_model(self.path))
-        self.make = getattr(WriteMutation, self.mode)
+        self.key_size = len(self.plan.table.primary_key.columns)
+        names = list(self.plan.column_names)
+        self.order = [names.index(c.name) for c in self.plan.table.primary_key.columns]
+        self.order += [i for i in range(len(names)) if i not in self.order]
+        self.columns = tuple(names[i] for i in self.order)
 
     def process(self, raw: Any) -> Any:
         assert self.plan is not None
@@ -94,7 +80,10 @@ class _PrepareFn(beam.DoFn):
             yield beam.pvalue.TaggedOutput(DEAD_LETTER, {"row": raw, "reason": str(exc)})
             return
         self.ok.inc()
-        yield self.make(table=self.plan.table.name, columns=self.plan.column_names, values=[values])
+        yield Mutation(
+            self.mode, self.plan.table.name, self.columns,
+            tuple(values[i] for i in self.order), self.key_size,
+        )  # fmt: skip
 
 
 class WriteSharded(beam.PTransform[Any, Any]):
@@ -102,8 +91,8 @@ class WriteSharded(beam.PTransform[Any, Any]):
 
     Each row is prepared by the library (defaults and client-side ids, every shard column
     computed with ``ShardColumn.compute``, values checked and converted), then written as
-    mutation groups batched under Spanner's commit limits by apache-beam's Spanner
-    connector. A row that fails goes to the ``dead_letter`` output as
+    mutations sorted by key and batched under Spanner's commit limits
+    (:mod:`sharded_orm.beam.spanner_io`). A row that fails goes to the ``dead_letter`` output as
     ``{"row": ..., "reason": ...}``; nothing else stops the pipeline.
 
     ``mode="insert_or_update"`` (default) keeps a retried bundle or a rerun from failing

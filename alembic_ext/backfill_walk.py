@@ -1,0 +1,146 @@
+"""The client backfill's walk: the table's key once, in stored order, with a key cursor.
+
+Used by :func:`alembic_ext.backfill.backfill_shard` (see its module docstring).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sharded_orm.progress import Mode
+from sharded_orm.progress import progress as progress_bar
+from sharded_orm.retry import Deadline, retry_call
+
+from .backfill_io import BATCH_POLICY, Plan, SpannerWriter, SqlWriter, utc
+
+
+@dataclass(frozen=True)
+class BackfillProgress:
+    """Where a backfill stands after a batch."""
+
+    table: str
+    column: str
+    done: int  # rows filled (were NULL) by this run so far
+    total: int  # rows read by this run so far (the walk's position)
+    batches: int
+    elapsed: float
+    phase: str = "fill"  # "fill" (the walk); "verify" for the partitioned DML's one report
+    fixed: int = 0  # stale rows rewritten so far
+
+
+@dataclass(frozen=True)
+class BackfillResult:
+    """What a backfill run did."""
+
+    table: str
+    column: str
+    rows: int  # rows filled by this run (0: the column was already complete)
+    batches: int
+    method: str  # "partitioned_dml", "mutations" (Spanner), "client_batches", "external"
+    # or "nothing_to_do"
+    elapsed: float
+    verified: int = 0  # rows read by the walk
+    fixed: int = 0  # stale rows it rewrote
+
+
+ProgressCallback = Callable[[BackfillProgress], None]
+
+
+def callback_of(progress: object) -> ProgressCallback | None:
+    return progress if callable(progress) else None
+
+
+def resume_hint(table: str, column: str) -> str:
+    return (
+        f"Nothing filled is lost: run the step again (alembic upgrade head, or sharded-orm "
+        f"backfill <url> {table} {column} ...) and it completes {table}.{column}."
+    )
+
+
+class Walk:
+    """One walk of the key, from its start to the last key found when it began."""
+
+    def __init__(
+        self, plan: Plan, fn: Callable[[Sequence[object]], int], batch_size: int,
+        writer: SpannerWriter | SqlWriter, progress: object, start: float, verify: bool,
+    ) -> None:  # fmt: skip
+        self.plan = plan
+        self.fn = fn
+        self.batch_size = batch_size
+        self.writer = writer
+        self.callback = callback_of(progress)
+        self.mode: Mode = (
+            "off" if progress in (False, None) or self.callback is not None
+            else "auto" if progress is True else progress  # type: ignore[assignment]
+        )  # fmt: skip
+        self.start = start
+        self.verify = verify
+        self.done = self.batches = self.verified = self.fixed = 0
+        self.clock = Deadline(None)
+        names = [c.name for c in plan.read_cols]
+        self.key_at = [names.index(c.name) for c in plan.key]
+        self.src_at = [names.index(c.name) for c in plan.sources]
+        self.target_at = names.index(plan.target.name)
+        self._filled = self._stale = 0
+
+    def _changes(self, rows: list[Any]) -> list[tuple[Any, int]]:
+        out = []
+        filled = stale = 0
+        for r in rows:
+            current = r[self.target_at]
+            if current is not None and not self.verify:
+                continue
+            value = self.fn([utc(r[i]) for i in self.src_at])
+            if current != value:
+                out.append(([r[i] for i in self.key_at], value))
+                if current is None:
+                    filled += 1
+                else:
+                    stale += 1
+        self._filled, self._stale = filled, stale  # of the attempt that commits
+        return out
+
+    def walk(self, clock: Deadline, batch_timeout: float) -> None:
+        self.clock = clock
+        p = self.plan
+        what = f"backfill of {p.table.name}.{p.target.name}"
+        policy = dataclasses.replace(BATCH_POLICY, call_timeout=batch_timeout)
+        resume = resume_hint(p.table.name, p.target.name)
+        bound = retry_call(
+            self.writer.last_key, policy, what=f"{what} (its last key)", idempotent=True,
+            resume=resume, deadline=clock,
+        )  # fmt: skip
+        if bound is None:
+            return  # an empty table
+        after: list[Any] | None = None
+        with progress_bar(None, f"backfill {p.table.name}.{p.target.name}", mode=self.mode) as bar:
+            while True:
+                rows = retry_call(
+                    functools.partial(
+                        self.writer.batch, after, bound, self.batch_size, self._changes
+                    ),
+                    policy, what=f"{what} (batch {self.batches + 1}, after {self.verified} rows)",
+                    idempotent=True, resume=resume, deadline=clock,
+                )  # fmt: skip
+                if not rows:
+                    break
+                after = [rows[-1][i] for i in self.key_at]
+                self.verified += len(rows)
+                self.done += self._filled
+                self.fixed += self._stale
+                self.batches += 1
+                bar.advance(len(rows))
+                if self.callback is not None:
+                    self.callback(
+                        BackfillProgress(
+                            p.table.name, p.target.name, self.done, self.verified,
+                            self.batches, time.monotonic() - self.start, "fill", self.fixed,
+                        )
+                    )  # fmt: skip
+                if len(rows) < self.batch_size:
+                    break
