@@ -77,11 +77,41 @@ session_id: Mapped[str] = key_column("SessionId", sa.String(36))
 ''',
 }
 """,
+    "schema.md": """
+class Base(DeclarativeBase):
+    pass
+""",
+    "shard_columns.md": """
+class Base(DeclarativeBase):
+    pass
+
+
+def utcnow():
+    return dt.datetime.now(dt.timezone.utc)
+
+
+ts = dt.datetime(2024, 5, 1, 12, 0, tzinfo=dt.timezone.utc)
+""",
+    "testing.md": """
+class Base(DeclarativeBase):
+    pass
+
+
+class Item(Base):
+    __tablename__ = "items"
+    id: Mapped[int] = mapped_column(sa.BigInteger, primary_key=True, autoincrement=False)
+
+
+t = sa.Table("t", sa.MetaData(), sa.Column("id", sa.BigInteger, primary_key=True),
+             sa.Column("c", sa.BigInteger))
+insert_stmt = sa.insert(t).values(id=1, c=2)
+""",
 }
 
 #: pages whose blocks run (a page needing Spanner is listed in EMULATOR_PAGES too)
 EXECUTED = tuple(PRELUDE)
-EMULATOR_PAGES = {"README.md"}
+EMULATOR_PAGES = {"README.md", "testing.md"}
+SLOW_PAGES = {"README.md"}  # the tour simulates 1.8 M rows, as the README says
 
 
 def _blocks(page: Path) -> list[tuple[str, str]]:
@@ -169,16 +199,15 @@ def _run_block(code: str, ns: dict[str, Any], name: str, request: pytest.Fixture
     tree = ast.fix_missing_locations(elision.visit(tree))
     if elision.classes:  # declared again, elided parts filled: on a fresh Base
         exec("class Base(DeclarativeBase):\n    pass\n", ns)
-    before = set(ns)
+    before = dict(ns)
     flags = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
     compiled = compile(tree, name, "exec", flags=flags)
     if compiled.co_flags & inspect.CO_COROUTINE:
         asyncio.run(eval(compiled, ns))
     else:
         exec(compiled, ns)
-    for key in sorted(set(ns) - before):
-        fn = ns[key]
-        if key.startswith("test_") and callable(fn):
+    for key, fn in list(ns.items()):
+        if key.startswith("test_") and callable(fn) and before.get(key) is not fn:
             params = inspect.signature(fn).parameters
             fn(**{p: request.getfixturevalue(p) for p in params})
 
@@ -188,7 +217,7 @@ def _pages() -> list[Any]:
     for page in PAGES:
         if page.name not in EXECUTED:
             continue
-        marks = [pytest.mark.slow]  # the tour simulates 1.8 M rows, as the README says
+        marks = [pytest.mark.slow] if page.name in SLOW_PAGES else []
         if page.name in EMULATOR_PAGES:
             marks.append(pytest.mark.emulator)
         out.append(pytest.param(page, id=page.name, marks=marks))
