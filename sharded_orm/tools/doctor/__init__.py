@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from sharded_orm.errors import ShardTypeError
@@ -54,7 +55,14 @@ def doctor(
         since = since.replace(tzinfo=dt.timezone.utc)
     catalog = Catalog(metadata_of_models(models), attribute_names(models))
     rows = load_rows(source, window, since)
-    return diagnose(rows, catalog, window)
+    diagnosis = diagnose(rows, catalog, window)
+    if rows and all(r.source == "simulated" for r in rows):
+        diagnosis.source = "simulated"
+    elif hasattr(source, "dialect"):
+        diagnosis.source = "production"
+    elif isinstance(source, (str, Path)):
+        diagnosis.source = f"exported statistics ({Path(source).name})"
+    return diagnosis
 
 
 __all__: Sequence[str] = (

@@ -73,6 +73,8 @@ class Diagnosis:
     window: str
     rows: list[DecodedRow]
     findings: list[HotspotFinding]
+    #: where the rows came from: "production", "simulated", "exported statistics", ...
+    source: str = "split statistics"
 
     @property
     def interval_seconds(self) -> int:

@@ -95,8 +95,9 @@ def heatmap_panel(d: Diagnosis) -> Any:
         bands.append((name, offset, offset + n_b))
         offset += n_b
     hot = sum(1 for f in d.findings if f.hot_seconds)
-    title = f"production ({len(d.rows)} hot split rows)\n{hot} finding(s) hot at CPU score 100"
-    return Panel(title=title, grid=grid, step=step, spaces=bands)
+    title = f"{d.source}: {len(d.rows)} hot split rows\n{hot} finding(s) hot at CPU score 100"
+    unit = "CPU usage score of the hot split (0-100)"
+    return Panel(title=title, grid=grid, step=step, spaces=bands, unit=unit)
 
 
 def save_doctor_heatmap(d: Diagnosis, path: str | Path) -> Path:

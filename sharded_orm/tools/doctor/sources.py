@@ -50,6 +50,8 @@ class SplitRow:
     cpu_usage_score: int
     affected_tables: tuple[str, ...] = ()
     unsplittable_reasons: tuple[str, ...] = ()
+    #: ``"simulated"`` for rows ``sharded-orm simulate`` predicted (their ``SOURCE`` column)
+    source: str = ""
 
 
 def query_for(window: str, *, reasons: bool = True) -> str:
@@ -116,6 +118,7 @@ def split_row(row: Mapping[str, Any], where: str) -> SplitRow:
         score,
         _names(upper.get("AFFECTED_TABLES")),
         _names(upper.get("UNSPLITTABLE_REASONS")),
+        str(upper.get("SOURCE") or ""),
     )
 
 

@@ -94,7 +94,8 @@ class SimulationResult:
         One row per split and minute in which the split's CPU score (its write rate against
         a node's capacity) reached 50; ``CPU_USAGE_SCORE`` is the minute's highest, like the
         10-minute and hour views aggregate theirs. The model has no unsplittable reasons:
-        ``UNSPLITTABLE_REASONS`` is empty. ``sharded_orm.doctor`` reads these rows.
+        ``UNSPLITTABLE_REASONS`` is empty; ``SOURCE`` is ``"simulated"`` (doctor's report says
+        so). ``sharded_orm.doctor`` reads these rows.
         """
         rows: dict[tuple[dt.datetime, str, str], dict[str, Any]] = {}
         for h in self.hot_splits:
@@ -110,6 +111,7 @@ class SimulationResult:
                     "CPU_USAGE_SCORE": h.score,
                     "AFFECTED_TABLES": [h.space.split(".", 1)[-1]],
                     "UNSPLITTABLE_REASONS": [],
+                    "SOURCE": "simulated",  # not a Spanner column: says where the row came from
                 }
             else:
                 row["CPU_USAGE_SCORE"] = max(row["CPU_USAGE_SCORE"], h.score)
