@@ -376,3 +376,50 @@ def test_the_stock_spanner_dialect_still_renders_an_empty_insert() -> None:
     )
     ours = str(table.insert().compile(dialect=SpannerDialect(), column_keys=[]))
     assert ours.startswith("INSERT INTO wv_accounts (id) VALUES (DEFAULT)")
+
+
+class TZDateTime(sa.types.TypeDecorator[dt.datetime]):
+    """SQLAlchemy's documented pattern: aware in Python, naive UTC in the database."""
+
+    impl = sa.DateTime
+    cache_ok = True
+
+    def process_bind_param(self, value: Any, dialect: sa.Dialect) -> Any:
+        if value is not None:
+            value = value.astimezone(UTC).replace(tzinfo=None)
+        return value
+
+    def process_result_value(self, value: Any, dialect: sa.Dialect) -> Any:
+        return None if value is None else value.replace(tzinfo=UTC)
+
+
+class Stamp(Base):
+    __tablename__ = "wv_stamps"
+    id: Mapped[int] = mapped_column(primary_key=True, autoincrement=False)
+    at: Mapped[dt.datetime] = mapped_column(TZDateTime)
+    shard: Mapped[int] = shard_column("at", count=N)
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    st.datetimes(min_value=dt.datetime(1000, 1, 2), max_value=dt.datetime(9999, 12, 30)),
+    st.integers(min_value=-12, max_value=12),
+)
+def test_a_naive_utc_decorator_hashes_the_instant(at: dt.datetime, hours: int) -> None:
+    given_at = at.replace(tzinfo=dt.timezone(dt.timedelta(hours=hours)))
+    column = Stamp.__table__.c.at
+    assert stored_value(column, given_at) == given_at.astimezone(UTC)
+
+
+def test_a_naive_utc_decorator_source_round_trips(engine: sa.Engine) -> None:
+    Base.metadata.create_all(engine, tables=[Stamp.__table__])
+    at = dt.datetime(2024, 6, 1, 14, 30, tzinfo=dt.timezone(dt.timedelta(hours=2)))
+    with Session(engine) as s:
+        s.add(Stamp(id=1, at=at))
+        s.commit()
+    with engine.begin() as conn:
+        conn.execute(Stamp.__table__.insert(), {"id": 2, "at": at})
+    assert verify(engine, Stamp, progress_mode="off").ok
+    with engine.connect() as conn:
+        shards = set(conn.execute(sa.select(Stamp.__table__.c.shard)).scalars())
+    assert shards == {compute_shard([at], N)}

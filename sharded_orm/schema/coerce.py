@@ -336,12 +336,18 @@ def coercer_for(column: Column[Any]) -> Coercer:
     base = _base_coercer(column)
     if not steps:
         return base
+    # A decorator that stores timestamps as naive UTC (SQLAlchemy's documented TZDateTime)
+    # hands the column a naive datetime: that wall time is what is stored (and what
+    # Spanner's client stores as UTC), so it is hashed as that UTC instant.
+    naive_is_utc = isinstance(base_type(column.type), sqltypes.DateTime)
 
     def decorated(v: Any) -> Any:
         if v is None:
             raise _none(column)
         for step in steps:
             v = step(v)
+        if naive_is_utc and isinstance(v, _dt.datetime) and v.tzinfo is None:
+            v = v.replace(tzinfo=_UTC)
         return base(v)
 
     return decorated
