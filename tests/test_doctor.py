@@ -270,7 +270,9 @@ def test_simulator_rows_are_diagnosed_like_production(monkeypatch: pytest.Monkey
         "CPU_USAGE_SCORE",
         "AFFECTED_TABLES",
         "UNSPLITTABLE_REASONS",
+        "SOURCE",  # "simulated": not a Spanner column; doctor's pictures say where rows came from
     }
+    assert {r["SOURCE"] for r in rows} == {"simulated"}
     finding = doctor(rows, [schemas["10 shards"]]).findings[0]
     assert (finding.table, finding.pattern, finding.tenant) == (
         "LogEntriesByCompany",
