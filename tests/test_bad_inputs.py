@@ -339,6 +339,8 @@ CASES: list[Case] = [
     C("shard_column", "identifier", "source 'a`b'", shard_model("a`b", count=8), ShardConfigError, "a`b"),
     C("ShardSpec", "out-of-range int", "count=0", lambda: so.ShardSpec(("a",), 0), ShardConfigError, "shard count"),
     C("ShardSpec", "empty collection", "sources=()", lambda: so.ShardSpec((), 8), ShardConfigError, "source"),
+    C("watch", "None", "None", lambda: so.watch(None), ShardTypeError, "None"),
+    C("watch", "wrong type", "a URL string", lambda: so.watch("sqlite://"), ShardTypeError, "sqlite://"),
     C("shard_columns", "None", "None", lambda: so.shard_columns(None), ShardTypeError, "None"),
     C("shard_columns", "wrong type", "'LogEntries' (a name)", lambda: so.shard_columns("LogEntries"), ShardTypeError, "LogEntries"),
     C("get_shard_column", "wrong type", "object()", lambda: so.get_shard_column(object()), ShardTypeError, "object"),

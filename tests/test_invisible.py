@@ -26,6 +26,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, rela
 import sharded_orm
 from sharded_orm import ShardMismatchError, compute_shard, shard_column
 from sharded_orm.schema.columns import ATTR_COLUMNS_KEY
+from sharded_orm.write.engine_hook import is_watched
 
 T0 = dt.datetime(2024, 5, 1, 12, 0, tzinfo=dt.timezone.utc)
 
@@ -271,3 +272,44 @@ def test_autogenerate_without_the_plugin_writes_a_valid_migration(tmp_path: Path
     compile("def upgrade():\n    " + code, "migration.py", "exec")
     assert "sharded_orm.attr_columns" in code  # rendered as plain data
     eng.dispose()
+
+
+# --------------------------------------------------------------------------- on Spanner
+
+
+def test_a_spanner_engine_checks_sharded_writes_from_its_first_statement(
+    spanner_emulator: Any,
+) -> None:
+    """Spanner engines are watched when created (our dialect's ``engine_created``): a Core
+    INSERT on a fresh engine of an existing database gets its shard, with no flush or
+    ``create_all`` first."""
+    base, model = make_sharded()
+    db = spanner_emulator.create_database()
+    setup = spanner_emulator.engine(db)
+    base.metadata.create_all(setup)
+    setup.dispose()
+    fresh = spanner_emulator.engine(db)
+    assert is_watched(fresh)
+    with fresh.begin() as conn:
+        conn.execute(model.__table__.insert(), [{"id": 1, "company_id": "acme", "ts": T0}])
+    with fresh.connect() as conn:
+        got = conn.execute(sa.select(model.__table__.c.shard_id)).scalar()
+    assert got == compute_shard(["acme", T0], 10)
+    fresh.dispose()
+
+
+def test_a_listener_insert_during_a_flush_is_checked_on_spanner(spanner_engine: sa.Engine) -> None:
+    base, model = make_sharded()
+    base.metadata.create_all(spanner_engine)
+    table = model.__table__
+
+    @event.listens_for(model, "before_insert")
+    def write_outbox(mapper: Any, connection: Any, target: Any) -> None:
+        wrong = (compute_shard(["zzz", T0], 10) + 1) % 10
+        connection.execute(
+            table.insert(), [{"id": 100, "company_id": "zzz", "ts": T0, "shard_id": wrong}]
+        )
+
+    with Session(spanner_engine) as s, pytest.raises(ShardMismatchError):
+        s.add(model(id=1, company_id="a", ts=T0))
+        s.flush()

@@ -13,7 +13,12 @@ if [ ! -d "$work/sqlalchemy-$version/test" ]; then
     pip download -q --no-deps --no-binary :all: "sqlalchemy==$version" -d "$work"
     tar xzf "$work"/sqlalchemy-"$version".tar.gz -C "$work"
 fi
-cd "$work/sqlalchemy-$version"
+# each run in its own copy: SQLAlchemy's SQLite tests keep files (attached schemas) in the
+# working directory, so a stock and an ours run side by side must not share one
+run_dir=$(mktemp -d)
+cp -r "$work/sqlalchemy-$version" "$run_dir/"
+trap 'rm -rf "$run_dir"' EXIT
+cd "$run_dir/sqlalchemy-$version"
 tests=${SQLA_TESTS:-test/orm test/sql test/engine}
 case "$mode" in
     stock) plugin=(-p no:sharded_orm) ;;

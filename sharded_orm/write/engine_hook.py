@@ -34,7 +34,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.sql.dml import Insert, Update
 from sqlalchemy.sql.elements import ClauseElement, TextClause
 
-from sharded_orm.errors import ShardConfigError, ShardingWarning
+from sharded_orm.errors import ShardConfigError, ShardingWarning, ShardTypeError
 from sharded_orm.schema.registry import cascade_targets, set_engine_watcher, sharded_names
 from sharded_orm.spanner import is_spanner
 from sharded_orm.write.rows import Fetch, RowShards, fast_insert_rows, resendable
@@ -266,6 +266,11 @@ def watch(engine: Engine | Connection) -> Engine:
     (e.g. tables made by a migration elsewhere, then written by Core only).
     """
     root = _root(engine)
+    if not isinstance(root, Engine):
+        raise ShardTypeError(
+            f"watch() takes a SQLAlchemy Engine or Connection, got {engine!r}; "
+            "pass the engine sa.create_engine(...) returned"
+        )
     if root in _watched:
         return root
     _watched.add(root)
