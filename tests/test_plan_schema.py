@@ -225,3 +225,16 @@ def test_inheritance_null_filtered_and_booleans_on_the_emulator(spanner_engine: 
         flag = sharded_select(Flagged, index="FlaggedByFlag").where(Flagged.flag == True)  # noqa: E712
         assert flag.point_shard == compute_shard([True], 8)
         same(flag, sa.select(Flagged).where(Flagged.flag), Flagged.id)
+
+
+@pytest.mark.emulator
+def test_a_refused_read_says_spanners_reason(spanner_engine: sa.Engine) -> None:
+    """Not a bare ``ProgrammingError []``: the emulator's reason is in the message."""
+    Base.metadata.create_all(spanner_engine, tables=[Flagged.__table__])
+    with spanner_engine.connect() as conn:
+        conn.execute(sa.text("DROP INDEX FlaggedByFlag"))
+    stmt = sharded_select(Flagged, index="FlaggedByFlag").where(Flagged.flag)
+    with Session(spanner_engine) as session, pytest.raises(sa.exc.ProgrammingError) as info:
+        session.execute(stmt).all()
+    assert "FlaggedByFlag" in str(info.value.orig) and str(info.value.orig) != "[]"
+    assert "[]" not in str(info.value).splitlines()[0]

@@ -27,7 +27,9 @@ Fixes (sqlalchemy-spanner 1.20):
    ``NotFound``, which SQLAlchemy cannot wrap, so ``except sa.exc.IntegrityError`` (or
    ``DBAPIError``) misses it. We raise the DB-API's own class instead (constraint
    failures as ``IntegrityError``, bad statements as ``ProgrammingError``, the rest as
-   ``OperationalError``), with the client's error as ``__cause__``.
+   ``OperationalError``), with the client's error as ``__cause__``. A DB-API error
+   whose text is empty (the emulator's reasons print as ``[]``) is raised again with
+   the client's message.
 7. Identifiers: the stock preparer quotes with backticks but escapes nothing, so a name
    holding a backtick closes the quote, and the DB-API splits DDL at every ``;``: an index
    named ``ix` ON t (ts); DROP TABLE victim; CREATE INDEX `z`` dropped ``victim`` during
@@ -220,6 +222,13 @@ def _dbapi_errors() -> Iterator[None]:
     """Raise the client's bare errors as the DB-API's classes, so SQLAlchemy wraps them."""
     try:
         yield
+    except _dbapi.Error as e:
+        # the DB-API wraps the client's error with its details only, often none (the
+        # emulator's reason prints as "[]"): give the client's message instead
+        cause = e.__cause__
+        if str(e) in ("", "[]") and isinstance(cause, _api.GoogleAPICallError):
+            raise type(e)(getattr(cause, "message", None) or str(cause)) from cause
+        raise
     except _api.GoogleAPICallError as e:
         cls: type[Exception]
         if isinstance(e, _INTEGRITY):
