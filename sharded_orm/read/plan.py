@@ -322,19 +322,20 @@ class ShardedSelect(Select[Any]):
     def where(self, *whereclause: Any) -> Self:
         return super().where(*whereclause)._refresh()
 
-    def params(self, *optionaldict: Any, **kwargs: Any) -> Self:
-        return super().params(*optionaldict, **kwargs)._refresh()
-
     def _execute_on_connection(
         self, connection: Any, distilled_params: Any, execution_options: Any
     ) -> Any:
-        """Run with parameters, the statement settles its point shard from them first.
+        """Run with parameters (``.params()`` or at execution), the statement settles its
+        point shard from them first.
 
         The statement's own hook into ``Connection.execute`` (Core and ORM), so no
         ``Engine`` listener is needed and other statements pay nothing."""
-        stmt: Select[Any] = self
+        # values given to .params() (SQLAlchemy 2.1 keeps them on the statement: params()
+        # is not overridden, it is SQLAlchemy's own), then those given at execution
+        given = dict(getattr(self, "_params", None) or {})
         if distilled_params and len(distilled_params) == 1 and distilled_params[0]:
-            stmt = expand(self, None, dict(distilled_params[0]))
+            given.update(distilled_params[0])
+        stmt: Select[Any] = expand(self, None, given) if given else self
         return Select._execute_on_connection(stmt, connection, distilled_params, execution_options)
 
     def for_shard(self, shard: int) -> Self:
