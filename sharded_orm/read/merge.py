@@ -30,7 +30,7 @@ from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, overload
 
-from sqlalchemy import Boolean, and_, exists, literal, or_, select, union_all
+from sqlalchemy import Boolean, and_, literal, or_, select, union_all
 from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session
 
@@ -217,12 +217,12 @@ class MergeQuery:
         q = q.where(self.up_to(upper))
         if asks is not None:
             branches = [self.branch(s, self.pk_labels, after, upper, c) for s, c in asks.items()]
-            u = self._union(branches, "so_r")
-            if len(self.pk) == 1:
-                q = q.where(self.pk[0].in_(select(u.c.so_p0)))
-            else:
-                match = [u.c[lbl.name] == c for lbl, c in zip(self.pk_labels, self.pk, strict=True)]
-                q = q.where(exists().select_from(u).where(and_(*match)))
+            union = self._union(branches, "so_u")
+            # joined, each key once (a join in a branch can repeat one): the emulator
+            # runs an IN (subquery) again for every row of the outer statement
+            u = select(*union.c).distinct().subquery("so_r")
+            match = [u.c[lbl.name] == c for lbl, c in zip(self.pk_labels, self.pk, strict=True)]
+            q = q.join(u, and_(*match))
         if keys:  # ordered by our labels, which no output name can shadow
             q = q.add_columns(*self.key_labels)
             q = q.order_by(*self._order(self.key_labels)).limit(n)
