@@ -13,7 +13,7 @@ range are the first ``K`` of the union of each shard's first rows. With ``N`` sh
    alone (no Python comparison of values): a shard that sent ``b`` keys, the last strictly
    before ``T`` at position ``p``, may hold at most ``K - p - 1`` more.
 2. **Rows.** The user's own statement, unchanged (entities, options, joins, execution
-   options), with the cursor's and the bound's conditions, its primary key restricted to
+   options), with the cursor's and the bound's conditions, joined on its primary key to
    one ``UNION ALL`` of per-shard branches, each limited to what that shard may hold up to
    ``T``, and the merge's ``ORDER BY ... LIMIT k OFFSET offset``. The database orders and
    limits it; SQLAlchemy loads it through the caller's Connection or Session.
