@@ -13,7 +13,7 @@ range are the first ``K`` of the union of each shard's first rows. With ``N`` sh
    alone (no Python comparison of values): a shard that sent ``b`` keys, the last strictly
    before ``T`` at position ``p``, may hold at most ``K - p - 1`` more.
 2. **Rows.** The user's own statement, unchanged (entities, options, joins, execution
-   options), with the cursor's and the bound's conditions, its primary key restricted to
+   options), with the cursor's and the bound's conditions, joined on its primary key to
    one ``UNION ALL`` of per-shard branches, each limited to what that shard may hold up to
    ``T``, and the merge's ``ORDER BY ... LIMIT k OFFSET offset``. The database orders and
    limits it; SQLAlchemy loads it through the caller's Connection or Session.
@@ -30,7 +30,7 @@ from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, overload
 
-from sqlalchemy import Boolean, and_, exists, literal, or_, select, union_all
+from sqlalchemy import Boolean, and_, literal, or_, select, union_all
 from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session
 
@@ -217,12 +217,12 @@ class MergeQuery:
         q = q.where(self.up_to(upper))
         if asks is not None:
             branches = [self.branch(s, self.pk_labels, after, upper, c) for s, c in asks.items()]
-            u = self._union(branches, "so_r")
-            if len(self.pk) == 1:
-                q = q.where(self.pk[0].in_(select(u.c.so_p0)))
-            else:
-                match = [u.c[lbl.name] == c for lbl, c in zip(self.pk_labels, self.pk, strict=True)]
-                q = q.where(exists().select_from(u).where(and_(*match)))
+            union = self._union(branches, "so_u")
+            # joined, each key once (a join in a branch can repeat one): the emulator
+            # runs an IN (subquery) again for every row of the outer statement
+            u = select(*union.c).distinct().subquery("so_r")
+            match = [u.c[lbl.name] == c for lbl, c in zip(self.pk_labels, self.pk, strict=True)]
+            q = q.join(u, and_(*match))
         if keys:  # ordered by our labels, which no output name can shadow
             q = q.add_columns(*self.key_labels)
             q = q.order_by(*self._order(self.key_labels)).limit(n)
