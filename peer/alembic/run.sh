@@ -50,7 +50,12 @@ PY
 
 plugin_opts=()
 [ "$mode" = stock ] && plugin_opts=(-p no:sharded_orm)
-cd "$here"
+# each run in its own copy: Alembic's suite stages scripts under ./scratch, and .ci/peers
+# runs stock and ours at once
+work="$(mktemp -d)"
+cp "$here"/*.py "$here"/setup.cfg "$work"/
+trap 'kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null; rm -f "$log"; rm -rf "$work"' EXIT
+cd "$work"
 set +e
 PEER_ALEMBIC_MODE="$mode" python -m pytest "${plugin_opts[@]}" -q \
   --dburi "spanner+spanner:///projects/$project/instances/$instance/databases/$database" \
