@@ -424,3 +424,27 @@ def test_the_emulator_dies_when_pytest_is_killed(
             child.wait(10)
         if emulator_pid and _alive(emulator_pid):
             os.kill(emulator_pid, signal.SIGKILL)
+
+
+@pytest.mark.emulator
+def test_a_full_instance_makes_way_for_a_new_one() -> None:
+    """The emulator holds 100 databases an instance: the 101st goes to a new instance and
+    every database keeps answering at its own URL."""
+    from sharded_orm.testing.emulator import find_binary, start
+
+    if find_binary() is None:
+        pytest.fail("no emulator binary")
+    emulator = start()
+    try:
+        emulator.ensure_instance()
+        made = [emulator.create_database() for _ in range(101)]
+        assert emulator.instance_id != "test-instance"  # moved on
+        for database_id in (made[0], made[-1]):
+            engine = emulator.engine(database_id)
+            with engine.connect() as conn:
+                assert conn.exec_driver_sql("SELECT 1").scalar_one() == 1
+            engine.dispose()
+            assert database_id in emulator.url(database_id)
+        assert emulator.url(made[0]) != emulator.url(made[-1]).replace(made[-1], made[0])
+    finally:
+        emulator.stop()

@@ -143,6 +143,8 @@ class Emulator:
         self.host = host
         self.project = project
         self.instance_id = instance_id
+        self._base_instance_id = instance_id
+        self._instance_of: dict[str, str] = {}  # database id -> its instance id
         self._client: Any = None
         self._process: subprocess.Popen[bytes] | None = None
         self._log: Path | None = None
@@ -170,8 +172,9 @@ class Emulator:
                 )
         return self._client
 
-    def instance(self) -> Any:
-        return self.client.instance(self.instance_id)
+    def instance(self, database_id: str | None = None) -> Any:
+        """The instance new databases go to, or the one holding ``database_id``."""
+        return self.client.instance(self._instance_of.get(database_id or "", self.instance_id))
 
     def ensure_instance(self) -> None:
         from google.api_core.exceptions import AlreadyExists
@@ -187,22 +190,34 @@ class Emulator:
 
     def create_database(self, ddl: list[str] | tuple[str, ...] = ()) -> str:
         """A new, empty database (plus ``ddl``); returns its id."""
+        from google.api_core.exceptions import ResourceExhausted
+
         database_id = "db-" + uuid.uuid4().hex[:20]
-        self.instance().database(database_id, ddl_statements=list(ddl)).create().result(120)
+        try:
+            self.instance().database(database_id, ddl_statements=list(ddl)).create().result(120)
+        except ResourceExhausted:
+            # the emulator holds 100 databases an instance, as Spanner does: a long test
+            # session goes on in a new instance (databases already made stay where they are)
+            self.instance_id = (
+                f"{self._base_instance_id}-{len(set(self._instance_of.values())) + 1}"
+            )
+            self.ensure_instance()
+            self.instance().database(database_id, ddl_statements=list(ddl)).create().result(120)
+        self._instance_of[database_id] = self.instance_id
         return database_id
 
     def drop_database(self, database_id: str) -> None:
-        self.instance().database(database_id).drop()
+        self.instance(database_id).database(database_id).drop()
 
     def database(self, database_id: str) -> Any:
         """The google-cloud-spanner ``Database`` object."""
-        return self.instance().database(database_id)
+        return self.instance(database_id).database(database_id)
 
     def url(self, database_id: str) -> str:
         """The SQLAlchemy URL of a database on this emulator."""
         return (
-            f"spanner+spanner:///projects/{self.project}/instances/{self.instance_id}"
-            f"/databases/{database_id}"
+            f"spanner+spanner:///projects/{self.project}/instances/"
+            f"{self._instance_of.get(database_id, self.instance_id)}/databases/{database_id}"
         )
 
     def engine(self, database_id: str, **kwargs: Any) -> Any:
