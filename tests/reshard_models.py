@@ -9,6 +9,7 @@ model at REV, printing one line per backfill batch (the test kills it with SIGKI
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 import uuid
@@ -62,6 +63,13 @@ def row(i: int, tag: str = "") -> dict[str, Any]:
     return {"Id": f"{tag}{uuid.uuid4()}"[:36], "CompanyId": f"c{i % 10}", "Ts": ts, "Body": tag}
 
 
+def _publish(out: Path, stats: dict[str, Any]) -> None:
+    """Replace writer.json whole, so the test never reads a half-written file."""
+    tmp = out / "writer.json.tmp"
+    tmp.write_text(json.dumps(stats))
+    os.replace(tmp, out / "writer.json")
+
+
 def writer(url: str, out: Path) -> None:
     """The OLD application: inserts through the library with the count-8 model only."""
     import warnings
@@ -82,12 +90,12 @@ def writer(url: str, out: Path) -> None:
             failed += 1
             orig = getattr(exc, "orig", exc)  # Spanner's message is the DB-API error's cause
             errors.append(str(orig.__cause__ or orig)[:200])
-        (out / "writer.json").write_text(json.dumps({"ok": ok, "failed": failed}))
+        _publish(out, {"ok": ok, "failed": failed})
         # a few writes a second: the emulator runs one read-write transaction at a time and
         # aborts the others, so a writer in a tight loop starves the migration's commits
         # (the DB-API retries them without end); Spanner itself runs them side by side
         time.sleep(0.25)
-    (out / "writer.json").write_text(json.dumps({"ok": ok, "failed": failed, "errors": errors}))
+    _publish(out, {"ok": ok, "failed": failed, "errors": errors})
     engine.dispose()
 
 
