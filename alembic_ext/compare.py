@@ -16,7 +16,7 @@ sees the finished operations and rewrites them in place:
   layout, is refused (:mod:`alembic_ext.guards`);
 * a shard column whose spec changed in place, or a table whose key or interleave parent
   differs from the model, stops autogenerate (and ``alembic check``) with what to do;
-* a generated column whose expression changed is dropped and added back;
+  a user's own generated column is Alembic's (its warning, nothing written);
 * a server-side shard column is written as ``sa.Computed('<GoogleSQL>')``.
 
 Ops are ordered for Spanner: parents created before children and dropped after them;
@@ -42,7 +42,6 @@ from .markers import find_marker, marker_clause, marker_for
 from .ops import (
     AddShardColumnOp,
     DropShardColumnOp,
-    ReplaceGeneratedColumnOp,
     SpannerCreateIndexOp,
     SpannerDropIndexOp,
     VerifyShardOp,
@@ -299,18 +298,21 @@ class _Rewriter:
         )
 
     def compare_existing(self, table: sa.Table) -> list[ops.MigrateOperation]:
-        """Shard specs and generated expressions of a table that exists on both sides."""
+        """Shard specs (markers, generated expressions) of a table on both sides."""
         conn = self.ctx.connection
         assert conn is not None
         db_cols = {c["name"] for c in self.ctx.inspector.get_columns(table.name)}
         out: list[ops.MigrateOperation] = []
         checks = self.check_names(table.name)
-        generated = reflection.read_generated_columns(conn, table.name) if self.spanner else {}
         if self.spanner:
             check_key_and_parent(conn, table)
-        shard_names = set()
-        for sc in shard_columns(table):
-            shard_names.add(sc.name)
+        shards = shard_columns(table)
+        generated = (
+            reflection.read_generated_columns(conn, table.name)
+            if self.spanner and any(sc.server_side for sc in shards)
+            else {}
+        )
+        for sc in shards:
             if sc.name not in db_cols:
                 continue  # a new column: Alembic adds it, modify_table makes it a shard add
             if sc.server_side and self.spanner:
@@ -333,23 +335,6 @@ class _Rewriter:
                 raise in_place_error(
                     table.name, sc, f"the database records count={have.count} (marker {have.name})"
                 )
-        if self.spanner:
-            for col in table.columns:
-                if col.name in shard_names or col.computed is None or col.name not in generated:
-                    continue
-                expected = str(col.computed.sqltext.compile(dialect=self.ctx.dialect))
-                if reflection.normalize_sql(expected) != reflection.normalize_sql(
-                    generated[col.name]
-                ):
-                    old = sa.Column(
-                        col.name,
-                        col.type,
-                        sa.Computed(sa.text(generated[col.name]), persisted=True),
-                    )
-                    new = sa.Column(
-                        col.name, col.type, sa.Computed(col.computed.sqltext, persisted=True)
-                    )
-                    out.append(ReplaceGeneratedColumnOp(table.name, old, new))
         return out
 
 

@@ -41,14 +41,48 @@ def compare(autogen_context: Any, upgrade_ops: Any) -> PriorityDispatchResult:
     return PriorityDispatchResult.CONTINUE
 
 
+def compare_shard_server_default(
+    autogen_context: Any,
+    alter_column_op: Any,
+    schema: str | None,
+    table_name: str,
+    column_name: str,
+    conn_col: Any,
+    metadata_col: Any,
+) -> PriorityDispatchResult:
+    """Keep Alembic's generated-column check off the shard columns sharded-orm owns.
+
+    A server-side shard column is a ``Computed`` whose SQL text is a placeholder (the
+    dialect renders the real expression), so Alembic's own check warned "Computed default
+    on T.C cannot be modified" on every run, changed or not. The rewriter compares those
+    columns with the database itself and stops with what to do when they differ; every
+    other ``Computed`` column still gets Alembic's check.
+    """
+    from alembic.util import PriorityDispatchResult
+
+    from sharded_orm.schema.columns import ShardComputed
+
+    if isinstance(metadata_col.computed, ShardComputed):
+        return PriorityDispatchResult.STOP
+    return PriorityDispatchResult.CONTINUE
+
+
 def setup(plugin: Plugin) -> None:
-    """Register our comparator on ``plugin`` (Alembic's plugin protocol)."""
+    """Register our comparators on ``plugin`` (Alembic's plugin protocol)."""
     from alembic.util import DispatchPriority
 
     plugin.add_autogenerate_comparator(
         compare,
         "autogenerate",
         priority=DispatchPriority.LAST,
+    )
+    # FIRST: before Alembic's generated-column check; after its compare_server_default
+    # hook when "alembic.autogenerate.*" comes first in autogenerate_plugins (the docs)
+    plugin.add_autogenerate_comparator(
+        compare_shard_server_default,
+        "column",
+        "server_default",
+        priority=DispatchPriority.FIRST,
     )
 
 

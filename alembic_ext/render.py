@@ -33,7 +33,6 @@ from .ops import (
     AddShardColumnOp,
     AlterIndexStoringOp,
     DropShardColumnOp,
-    ReplaceGeneratedColumnOp,
     SpannerCreateIndexOp,
     SpannerDropIndexOp,
     UnknownShardSpecOp,
@@ -218,15 +217,3 @@ def _render_drop_shard_column(ctx: AutogenContext, op: DropShardColumnOp) -> lis
 def _render_unknown(ctx: AutogenContext, op: UnknownShardSpecOp) -> list[str]:
     message = f"cannot re-create shard column {op.table_name}.{op.column.name}: {op.reason}"
     return [f"# sharded_orm: {op.reason}", f"raise NotImplementedError({message!r})"]
-
-
-@renderers.dispatch_for(ReplaceGeneratedColumnOp)
-def _render_replace_generated(ctx: AutogenContext, op: ReplaceGeneratedColumnOp) -> list[str]:
-    return [
-        f"# sharded_orm: the expression of generated column {op.table_name}.{op.new.name} "
-        "changed; Spanner cannot alter it, so it is dropped and added back (recomputed).",
-        render_op_text(
-            ctx, ops.DropColumnOp.from_column_and_tablename(None, op.table_name, op.old)
-        ),
-        render_op_text(ctx, ops.AddColumnOp(op.table_name, op.new)),
-    ]

@@ -22,7 +22,6 @@ from .ops import (
     AddShardColumnOp,
     AlterIndexStoringOp,
     DropShardColumnOp,
-    ReplaceGeneratedColumnOp,
     VerifyShardOp,
 )
 
@@ -92,7 +91,7 @@ def _order_key(op: ops.MigrateOperation) -> int:
         return 7  # after the old layout is dropped: that drop fences old writers
     if isinstance(op, DropShardColumnOp):
         return 6
-    if isinstance(op, (AddShardColumnOp, ops.AddColumnOp, ReplaceGeneratedColumnOp)):
+    if isinstance(op, (AddShardColumnOp, ops.AddColumnOp)):
         return 0
     if isinstance(op, ops.AlterColumnOp):
         return 1
