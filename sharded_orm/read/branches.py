@@ -25,6 +25,7 @@ from sharded_orm.read.order import (
     check_nulls,
     plain,
     require_plan,
+    tables_of,
     without_options,
 )
 from sharded_orm.read.order import (
@@ -138,6 +139,12 @@ class MergeQuery:
         self.bare = without_options(self.stmt)
         self.correlated = correlated_ok(self.dialect, self.stmt)
         self.bare_var = self.bare.for_shard_named(SHARD_VAR)
+        #: pages set this: the same statement shapes with and without a cursor or bound
+        self.keyset = False
+        #: each row of the statement is one row of the sharded table (no join, no DISTINCT)
+        self.one_to_one = not stmt._distinct and all(
+            t is self.plan.table for f in self.bare.get_final_froms() for t in tables_of(f)
+        )
         self.options = {} if timeout is None else {"timeout": timeout}
         desc = stmt.column_descriptions
         self.scalars = (
@@ -155,11 +162,17 @@ class MergeQuery:
         False: no upper condition; ``shard`` None: the shard the enclosing fan-out names)."""
         extra = [lbl for lbl in labels if all(lbl is not k for k in self.key_labels)]
         pinned = self.bare.for_shard(shard) if shard is not None else self.bare_var
-        q = pinned.add_columns(*self.key_labels, *extra)
-        q = q.where(self.after(lower))
-        if upper is not False:
-            q = q.where(self.up_to(upper))
-        sub = q.order_by(*self._order(self.key_labels)).limit(n).subquery()
+        if self.stmt._distinct:  # DISTINCT decides over the user's columns: keep them
+            q = pinned.add_columns(*self.key_labels, *extra)
+        else:  # only ours: a short text (the Spanner DB-API parses every statement)
+            q = pinned.with_only_columns(*self.key_labels, *extra, maintain_column_froms=True)
+        for cond in (self.after(lower), None if upper is False else self.up_to(upper)):
+            if cond is not None:
+                q = q.where(cond)
+        q = q.order_by(*self._order(self.key_labels)).limit(n)
+        if shard is None and not self.stmt._distinct:
+            return q  # a struct of our labels (its field names are what the fan-out reads)
+        sub = q.subquery()
         return select(*(sub.c[lbl.name] for lbl in labels))
 
     def fan(
@@ -185,14 +198,18 @@ class MergeQuery:
         return sum(limits.get(s, 0) if s in exact else top for s in range(self.plan.shard.count))
 
     def after(self, lower: Sequence[Any] | None) -> Any:
-        """Strictly after ``lower`` (None: from the start), in one shape either way: the
-        first page shares the compiled forms of the later ones."""
+        """Strictly after ``lower`` (None: from the start). For pages (``keyset``) one
+        shape either way: the first page shares the compiled forms of the later ones."""
+        if not self.keyset:
+            return None if lower is None else after_condition(self.columns, lower)
         values = [None] * len(self.columns) if lower is None else lower
         return or_(literal(lower is None, Boolean()), after_condition(self.columns, values))
 
     def up_to(self, upper: Sequence[Any] | None) -> Any:
-        """At or before ``upper`` (None: no bound), in one shape either way: the page
-        that finds no bound shares the compiled form of the others."""
+        """At or before ``upper`` (None: no bound). For pages one shape either way: the
+        page that finds no bound shares the compiled form of the others."""
+        if not self.keyset:
+            return None if upper is None else at_or_before_condition(self.columns, upper)
         values = [None] * len(self.columns) if upper is None else upper
         unbounded = literal(upper is None, Boolean())
         return or_(unbounded, at_or_before_condition(self.columns, values))
@@ -225,13 +242,18 @@ class MergeQuery:
         """Round 2: the user's statement over the rows the branches ``asks`` ({shard: n})
         allow (every shard's rows when None), ordered and limited by the database."""
         q = self.stmt
-        q = q.where(self.after(after))
-        q = q.where(self.up_to(upper))
+        # a join can repeat a row of ours with other sort keys: those copies are held to
+        # the bounds here (the branches hold each key to them)
+        if asks is None or not self.one_to_one:
+            for cond in (self.after(after), self.up_to(upper)):
+                if cond is not None:
+                    q = q.where(cond)
         if asks is not None:
             union = self.fan(self.pk_labels, after, upper, asks, "so_u")
             # joined, each key once (a join in a branch can repeat one): the emulator
             # runs an IN (subquery) again for every row of the outer statement
-            u = select(*union.c).distinct().subquery("so_r")
+            ids = select(*union.c)
+            u = (ids if self.one_to_one else ids.distinct()).subquery("so_r")
             match = [u.c[lbl.name] == c for lbl, c in zip(self.pk_labels, self.pk, strict=True)]
             q = q.join(u, and_(*match))
         if keys:  # ordered by our labels, which no output name can shadow

@@ -294,6 +294,7 @@ def _page(conn: Any, stmt: Any, page_size: int, cursor: str | None, timeout: flo
         raise CursorError("page() needs a statement made by sharded_select(...)")
     check_positive_int(page_size, "page_size")
     query = MergeQuery(conn, stmt, timeout)
+    query.keyset = True
     limit, offset = statement_window(stmt)
     after, served, ahead = None, 0, list[Bound]()
     fingerprint = query_fingerprint(stmt)  # once per page: to read the cursor and write one
