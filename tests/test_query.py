@@ -114,7 +114,7 @@ def test_merge_sends_one_hinted_correlated_branch_for_every_shard(mock_spanner: 
     # the text does not grow with N (the DB-API's sqlparse pass is most of a read's CPU)
     engine = mock_spanner.engine()
     with pytest.raises((sa.exc.DBAPIError, GoogleAPICallError)), engine.connect() as conn:
-        merged(conn, by_company(), 20)
+        merged(conn, by_company(), 200)  # N*K = 2000: the bound round comes first
     text = [s for s in mock_spanner.executed_sql() if "LogEntries" in s][0]
     assert text.count("FROM `LogEntries` @{FORCE_INDEX=LogEntriesByCompany}") == 1
     assert "UNION ALL" not in text
