@@ -84,9 +84,11 @@ def _pinned(stmt: Any) -> set[Any]:
     return {plain(c) for c in where_equalities(and_(*rest) if rest else None)}
 
 
-def _tables(frm: Any) -> list[Any]:
+def tables_of(frm: Any) -> list[Any]:
+    """The tables (or other FROMs) a FROM joins, left to right."""
+    frm = plain(frm)
     if isinstance(frm, Join):
-        return _tables(frm.left) + _tables(frm.right)
+        return tables_of(frm.left) + tables_of(frm.right)
     return [frm]
 
 
@@ -100,7 +102,7 @@ def without_options(stmt: Any) -> Any:
 def _joined_keys(plan: ShardPlan, stmt: Any) -> list[Any]:
     keys: list[Any] = []
     for frm in without_options(stmt).get_final_froms():
-        for t in _tables(plain(frm)):
+        for t in tables_of(frm):
             if t is plan.table:
                 continue
             pk = list(getattr(t, "primary_key", None) or ())

@@ -37,7 +37,14 @@ from sqlalchemy.orm import Session
 
 from sharded_orm.checks import check_positive_int
 from sharded_orm.errors import ShardingError
-from sharded_orm.read.merge import MergeQuery, MergeStats, is_async, read, statement_window
+from sharded_orm.read.merge import (
+    Bound,
+    MergeQuery,
+    MergeStats,
+    is_async,
+    read,
+    statement_window,
+)
 from sharded_orm.read.plan import plan_of
 
 if TYPE_CHECKING:
@@ -163,10 +170,16 @@ def _canonical(v: Any) -> Any:
         return ["o", f"{type(v).__module__}.{type(v).__qualname__}", str(v)]
 
 
+def _digest_of(stmt: Any) -> str:
+    # compiled from a copy: the ORM's compile stores its options on the statement it
+    # compiles, which would change the cache key of everything later built from it
+    return hashlib.sha256(str(stmt._generate().compile()).encode()).hexdigest()
+
+
 def _sql_digest(stmt: Any, key: Any) -> str:
     digest = _SQL_DIGESTS.get(key)
     if digest is None:
-        digest = hashlib.sha256(str(stmt.compile()).encode()).hexdigest()
+        digest = _digest_of(stmt)
         if len(_SQL_DIGESTS) >= _MAX_DIGESTS:
             _SQL_DIGESTS.clear()
         _SQL_DIGESTS[key] = digest
@@ -178,7 +191,7 @@ def query_fingerprint(stmt: Any) -> str:
     plan = plan_of(stmt)
     cache_key = stmt._generate_cache_key()
     if cache_key is None:  # an element that opts out of caching: its SQL says it all
-        sql, binds = hashlib.sha256(str(stmt.compile()).encode()).hexdigest(), []
+        sql, binds = _digest_of(stmt), []
     else:
         sql, binds = _sql_digest(stmt, cache_key.key), list(cache_key.bindparams)
     values = []
@@ -199,13 +212,19 @@ def _fernet() -> Any:
 
 
 def encode_cursor(
-    stmt: Any, values: list[Any], served: int = 0, fingerprint: str | None = None
+    stmt: Any,
+    values: list[Any],
+    served: int = 0,
+    fingerprint: str | None = None,
+    ahead: list[Bound] | None = None,
 ) -> str:
     """An encrypted cursor after ``values``, ``served`` rows into the statement's LIMIT
-    (``fingerprint``: the statement's ``query_fingerprint`` when the caller has it)."""
+    (``fingerprint``: the statement's ``query_fingerprint`` when the caller has it;
+    ``ahead``: bounds of the next pages, found by this page's bound round)."""
     q = fingerprint if fingerprint is not None else query_fingerprint(stmt)
+    bounds = [[[_encode_value(v) for v in b.values], b.full] for b in ahead or ()]
     body = json.dumps(
-        {"q": q, "v": [_encode_value(v) for v in values], "n": served},
+        {"q": q, "v": [_encode_value(v) for v in values], "n": served, "h": bounds},
         separators=(",", ":"),
         sort_keys=True,
     ).encode()
@@ -217,6 +236,14 @@ def decode_cursor_state(
 ) -> tuple[list[Any], int]:
     """(sort values, rows served) of a cursor ``page`` issued for ``stmt`` (whose
     ``query_fingerprint`` the caller may pass, to compile the statement once)."""
+    values, served, _ = decode_cursor_bounds(stmt, cursor, fingerprint)
+    return values, served
+
+
+def decode_cursor_bounds(
+    stmt: Any, cursor: object, fingerprint: str | None = None
+) -> tuple[list[Any], int, list[Bound]]:
+    """(sort values, rows served, bounds of the next pages) of a cursor."""
     if not isinstance(cursor, str) or not cursor:
         raise CursorError(f"a cursor is the str a previous page returned, got {cursor!r}")
     from cryptography.fernet import InvalidToken
@@ -232,16 +259,25 @@ def decode_cursor_state(
         data = json.loads(body)
         data_fingerprint, items, served = data["q"], data["v"], int(data.get("n", 0))
         values = [_decode_value(item) for item in items]
+        ahead = [
+            Bound([_decode_value(item) for item in vals], int(full))
+            for vals, full in data.get("h", [])
+        ]
     except (ValueError, KeyError, TypeError, IndexError):
         raise CursorError("this cursor is not one sharded-orm issued (bad body)") from None
     if data_fingerprint != (fingerprint if fingerprint is not None else query_fingerprint(stmt)):
         raise CursorError("this cursor belongs to another query; start that query over")
-    return values, served
+    return values, served, ahead
 
 
 def decode_cursor(stmt: Any, cursor: str) -> list[Any]:
     """The sort values of a cursor ``page`` issued for ``stmt``."""
     return decode_cursor_state(stmt, cursor)[0]
+
+
+#: pages whose upper bound a page's bound round finds too (carried in the cursor): each of
+#: those pages then takes one statement instead of two
+PAGES_AHEAD = 10
 
 
 @dataclass
@@ -258,13 +294,16 @@ def _page(conn: Any, stmt: Any, page_size: int, cursor: str | None, timeout: flo
         raise CursorError("page() needs a statement made by sharded_select(...)")
     check_positive_int(page_size, "page_size")
     query = MergeQuery(conn, stmt, timeout)
+    query.keyset = True
     limit, offset = statement_window(stmt)
-    after, served = None, 0
+    after, served, ahead = None, 0, list[Bound]()
     fingerprint = query_fingerprint(stmt)  # once per page: to read the cursor and write one
     if cursor is not None:
-        after, served = decode_cursor_state(stmt, cursor, fingerprint)
+        after, served, ahead = decode_cursor_bounds(stmt, cursor, fingerprint)
         offset = 0  # the cursor is past the OFFSET already
-        if len(after) != len(query.columns):
+        if len(after) != len(query.columns) or any(
+            len(b.values) != len(query.columns) for b in ahead
+        ):
             raise CursorError("this cursor does not fit this query's order; start over")
     stats = MergeStats()
     size = page_size if limit is None else min(page_size, limit - served)
@@ -272,10 +311,21 @@ def _page(conn: Any, stmt: Any, page_size: int, cursor: str | None, timeout: flo
         return Page([], None, stats)
     # one row more than the page tells whether another page follows
     more = 1 if limit is None or limit - served > size else 0
-    rows, keys = read(query, offset + size + more, size + more, offset, after, stats, keys=True)
+    rows, keys, ahead = read(
+        query,
+        offset + size + more,
+        size + more,
+        offset,
+        after,
+        stats,
+        True,
+        ahead,
+        size,
+        PAGES_AHEAD,
+    )
     next_cursor = None
     if len(rows) > size:
-        next_cursor = encode_cursor(stmt, keys[size - 1], served + size, fingerprint)
+        next_cursor = encode_cursor(stmt, keys[size - 1], served + size, fingerprint, ahead)
     return Page(rows[:size], next_cursor, stats)
 
 

@@ -206,6 +206,7 @@ class ShardPredicate(ColumnElement[bool]):
         ("fixed", InternalTraversal.dp_plain_obj),
         ("not_null", InternalTraversal.dp_clauseelement_tuple),
         ("index", InternalTraversal.dp_plain_obj),
+        ("var", InternalTraversal.dp_plain_obj),
     ]
     type = Boolean()
 
@@ -217,6 +218,7 @@ class ShardPredicate(ColumnElement[bool]):
         fixed: bool = False,
         not_null: tuple[Any, ...] = (),
         index: str | None = None,
+        var: str | None = None,
     ) -> None:
         self.column = column
         self.count = count
@@ -224,6 +226,8 @@ class ShardPredicate(ColumnElement[bool]):
         self.fixed = fixed
         self.not_null = not_null  # a NULL_FILTERED index's nullable columns
         self.index = index
+        #: ``shard = <var>``: the shard named by an enclosing query (a correlated branch)
+        self.var = var
 
 
 @compiles(ShardPredicate)
@@ -232,6 +236,8 @@ def _compile_predicate(element: ShardPredicate, compiler: Any, **kw: Any) -> str
         _check_nulls_excluded(element, compiler.stack[-1].get("selectable"))
     col = element.column
     point = element.point
+    if element.var is not None:
+        return f"{compiler.process(col, **kw)} = {element.var}"
     expr = col.between(0, element.count - 1) if point is None else col == point
     return str(compiler.process(expr, **kw))
 
@@ -303,11 +309,11 @@ class ShardedSelect(Select[Any]):
     inherit_cache = True
     _sharded_plan: ShardPlan
 
-    def _with_predicate(self, point: int | None, fixed: bool) -> Self:
+    def _with_predicate(self, point: int | None, fixed: bool, var: str | None = None) -> Self:
         rest, _ = _split_criteria(self._where_criteria)
         plan = self._sharded_plan
         pred = ShardPredicate(
-            plan.shard.column, plan.shard.count, point, fixed, plan.not_null, plan.index_name
+            plan.shard.column, plan.shard.count, point, fixed, plan.not_null, plan.index_name, var
         )
         self._where_criteria = (pred, *rest)
         return self
@@ -341,6 +347,11 @@ class ShardedSelect(Select[Any]):
     def for_shard(self, shard: int) -> Self:
         """This statement restricted to one shard (one branch of a merge)."""
         return self._generate()._with_predicate(shard, True)
+
+    def for_shard_named(self, var: str) -> Self:
+        """This statement restricted to the shard an enclosing query names ``var`` (the
+        correlated branch of a merge on Spanner: one text for every shard count)."""
+        return self._generate()._with_predicate(None, True, var)
 
     @property
     def point_shard(self) -> int | None:

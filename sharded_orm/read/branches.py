@@ -1,0 +1,291 @@
+"""The statements of a merge: the user's statement, its per-shard branches, what they cost.
+
+``MergeQuery`` holds the user's statement (the one SQLAlchemy executes, with the merge's
+conditions and ORDER BY/LIMIT added) and builds the per-shard branches over it: key-only
+branches for the bound round, primary-key branches for the rows statement. See
+``sharded_orm.read.merge`` for the rounds and docs/queries.md for the cost rule.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import Boolean, and_, literal, or_, select, union_all
+from sqlalchemy.engine import Connection
+from sqlalchemy.orm import Session
+
+from sharded_orm.errors import ShardConfigError, ShardTypeError
+from sharded_orm.read.fanout import SHARD_VAR, FanOut, correlated_ok
+from sharded_orm.read.order import (
+    after_condition,
+    at_or_before_condition,
+    check_nulls,
+    plain,
+    require_plan,
+    tables_of,
+    without_options,
+)
+from sharded_orm.read.order import (
+    order_columns as order_columns,  # re-exported: sharded_orm imports it from here
+)
+
+if TYPE_CHECKING:
+    pass
+
+
+@dataclass
+class MergeStats:
+    """What a merge cost.
+
+    ``statements``: statements sent. ``rows_transferred``: full rows (the user's rows)
+    that came back. ``key_rows_transferred``: sort-key rows of the bound round.
+    ``server_rows_read``: the sum of the per-shard branches' LIMITs (each branch is an
+    index range read that stops at its LIMIT), an upper bound of the index rows read.
+    ``rounds``: per statement, ``{shard: LIMIT of its branch}``.
+    """
+
+    statements: int = 0
+    rows_transferred: int = 0
+    key_rows_transferred: int = 0
+    server_rows_read: int = 0
+    rounds: list[dict[int, int]] = field(default_factory=list)
+
+
+def is_async(conn: Any) -> bool:
+    """An AsyncConnection or AsyncSession (told apart without importing asyncio support)."""
+    return hasattr(conn, "run_sync") and (
+        hasattr(conn, "sync_connection") or hasattr(conn, "sync_session")
+    )
+
+
+def statement_window(stmt: Any) -> tuple[int | None, int]:
+    """(LIMIT, OFFSET) of the statement as ints; refuses SQL expressions there."""
+    out: list[int | None] = []
+    for what, clause, attr in (
+        ("LIMIT", stmt._limit_clause, "_limit"),
+        ("OFFSET", stmt._offset_clause, "_offset"),
+    ):
+        if clause is None:
+            out.append(None)
+            continue
+        try:
+            value = getattr(stmt, attr)
+        except Exception:  # a SQL expression: SQLAlchemy cannot give its value
+            value = None
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise ShardConfigError(
+                f"merged()/page() need the statement's {what} as a non-negative int, got {clause!r}"
+            )
+        out.append(value)
+    return out[0], out[1] or 0
+
+
+#: at most this many index entries (N * K) are read by one statement rather than two
+SINGLE_STATEMENT_READS = 1024
+
+
+def single_statement(shards: int, want: int) -> bool:
+    """The cost rule: one statement when the bound round would save no index reads, or
+    when the one statement reads at most ``SINGLE_STATEMENT_READS`` index entries.
+
+    Two rounds read at most ``N*ceil(K/N)`` keys, then (uniform shards) about ``K`` rows;
+    one statement reads at most ``N*K``. A second statement costs a round trip and, with
+    the Spanner DB-API, a parse of its text on the client (about 20 us per token): more
+    than reading a thousand index entries on the server.
+    """
+    n_k = shards * want
+    return n_k <= shards * math.ceil(want / shards) + want or n_k <= SINGLE_STATEMENT_READS
+
+
+class MergeQuery:
+    """The user's statement and the per-shard branches a merge sends with it."""
+
+    def __init__(self, conn: Any, stmt: Any, timeout: float | None = None) -> None:
+        self.plan = require_plan(stmt, "merged")
+        if not isinstance(conn, (Connection, Session)):
+            raise ShardTypeError(
+                f"merged()/page() read through a Connection or Session (or their async "
+                f"forms, awaited), got {conn!r}"
+            )
+        for what, present in (
+            ("GROUP BY", bool(stmt._group_by_clauses)),
+            ("HAVING", bool(stmt._having_criteria)),
+        ):
+            if present:
+                raise ShardConfigError(
+                    f"merged()/page() cannot merge a statement with {what}: a group can hold "
+                    "rows of several shards. Run it as one query (the statement itself)."
+                )
+        self.conn = conn
+        self.dialect = conn.get_bind().dialect if isinstance(conn, Session) else conn.dialect
+        self.columns = order_columns(stmt)
+        check_nulls(self.dialect, self.columns)
+        selected = [plain(c) for c in stmt.selected_columns]
+        missing = [c.name for c, _ in self.columns if not any(c is x for x in selected)]
+        if stmt._distinct and missing:
+            raise ShardConfigError(
+                f"merged()/page() of a DISTINCT statement need the order's columns in the "
+                f"select list (missing: {', '.join(missing)}): adding them would change what "
+                "DISTINCT removes. Select them, or drop DISTINCT."
+            )
+        self.stmt = stmt.limit(None).offset(None).order_by(None)
+        # Spanner resolves a name in ORDER BY against the output first, case-insensitively
+        # (`Owner`.name finds an output column `owner`): then the rows statement orders by
+        # labels of ours, selected after the user's columns and dropped from the result.
+        names = {str(getattr(c, "name", "")).lower() for c in stmt.selected_columns}
+        self.shadowed = any(str(c.table.name).lower() in names for c, _ in self.columns)
+        # branches select our own labels: their names are ours alone, and ordering by a
+        # label keeps Spanner from resolving a table-qualified name against the output
+        self.key_labels = [c.label(f"so_k{i}") for i, (c, _) in enumerate(self.columns)]
+        self.shard_label = self.plan.shard.column.label("so_s")
+        self.pk = list(self.plan.table.primary_key.columns)
+        self.pk_labels = [c.label(f"so_p{i}") for i, c in enumerate(self.pk)]
+        # loader options belong to the rows' statement, not to key-only branches
+        self.bare = without_options(self.stmt)
+        self.correlated = correlated_ok(self.dialect, self.stmt)
+        self.bare_var = self.bare.for_shard_named(SHARD_VAR)
+        #: pages set this: the same statement shapes with and without a cursor or bound
+        self.keyset = False
+        #: each row of the statement is one row of the sharded table (no join, no DISTINCT)
+        self.one_to_one = not stmt._distinct and all(
+            t is self.plan.table for f in self.bare.get_final_froms() for t in tables_of(f)
+        )
+        self.options = {} if timeout is None else {"timeout": timeout}
+        desc = stmt.column_descriptions
+        self.scalars = (
+            isinstance(conn, Session)
+            and len(desc) == 1
+            and desc[0]["entity"] is not None
+            and desc[0]["expr"] is desc[0]["entity"]
+        )
+
+    def _order(self, terms: Sequence[Any]) -> list[Any]:
+        return [t.desc() if d else t.asc() for t, (_, d) in zip(terms, self.columns, strict=True)]
+
+    def branch(self, shard: int | None, labels: list[Any], lower: Any, upper: Any, n: int) -> Any:
+        """One shard's first ``n`` rows in (lower, upper], as ``labels`` only (``upper``
+        False: no upper condition; ``shard`` None: the shard the enclosing fan-out names)."""
+        extra = [lbl for lbl in labels if all(lbl is not k for k in self.key_labels)]
+        pinned = self.bare.for_shard(shard) if shard is not None else self.bare_var
+        if self.stmt._distinct:  # DISTINCT decides over the user's columns: keep them
+            q = pinned.add_columns(*self.key_labels, *extra)
+        else:  # only ours: a short text (the Spanner DB-API parses every statement)
+            q = pinned.with_only_columns(*self.key_labels, *extra, maintain_column_froms=True)
+        for cond in (self.after(lower), None if upper is False else self.up_to(upper)):
+            if cond is not None:
+                q = q.where(cond)
+        q = q.order_by(*self._order(self.key_labels)).limit(n)
+        if shard is None and not self.stmt._distinct:
+            return q  # a struct of our labels (its field names are what the fan-out reads)
+        sub = q.subquery()
+        return select(*(sub.c[lbl.name] for lbl in labels))
+
+    def fan(
+        self, labels: list[Any], lower: Any, upper: Any, limits: dict[int, int], name: str
+    ) -> Any:
+        """The branches of every shard in ``limits`` ({shard: LIMIT}) as one FROM with a
+        column per label: a correlated fan-out on Spanner (every shard, the largest LIMIT),
+        a ``UNION ALL`` elsewhere."""
+        if self.correlated:
+            inner = self.branch(None, labels, lower, upper, max(limits.values()))
+            inner = inner.prefix_with("AS STRUCT")
+            return FanOut(name, [lbl.name for lbl in labels], inner, self.plan.shard.count)
+        branches = [self.branch(s, labels, lower, upper, n) for s, n in limits.items()]
+        return self._union(branches, name)
+
+    def reads(self, limits: dict[int, int], exact: set[int]) -> int:
+        """Index entries the branches ``limits`` read at most: a shard in ``exact`` holds
+        no more rows up to the bound than its LIMIT; the correlated form gives every shard
+        the largest LIMIT."""
+        if not self.correlated:
+            return sum(limits.values())
+        top = max(limits.values(), default=0)
+        return sum(limits.get(s, 0) if s in exact else top for s in range(self.plan.shard.count))
+
+    def after(self, lower: Sequence[Any] | None) -> Any:
+        """Strictly after ``lower`` (None: from the start). For pages (``keyset``) one
+        shape either way: the first page shares the compiled forms of the later ones."""
+        if not self.keyset:
+            return None if lower is None else after_condition(self.columns, lower)
+        values = [None] * len(self.columns) if lower is None else lower
+        return or_(literal(lower is None, Boolean()), after_condition(self.columns, values))
+
+    def up_to(self, upper: Sequence[Any] | None) -> Any:
+        """At or before ``upper`` (None: no bound). For pages one shape either way: the
+        page that finds no bound shares the compiled form of the others."""
+        if not self.keyset:
+            return None if upper is None else at_or_before_condition(self.columns, upper)
+        values = [None] * len(self.columns) if upper is None else upper
+        unbounded = literal(upper is None, Boolean())
+        return or_(unbounded, at_or_before_condition(self.columns, values))
+
+    def _union(self, branches: list[Any], name: str) -> Any:
+        union: Any = branches[0] if len(branches) == 1 else union_all(*branches)
+        return union.subquery(name)
+
+    def _execute(self, stmt: Any) -> Any:
+        return self.conn.execute(stmt, execution_options=self.options)
+
+    def bound(
+        self, shards: list[int], after: Any, b: int, want: int, stats: MergeStats
+    ) -> list[Any]:
+        """Round 1: the first ``want`` (sort key..., shard) rows, as the database orders them."""
+        labels = [*self.key_labels, self.shard_label]
+        u = self.fan(labels, after, False, dict.fromkeys(shards, b), "so_b")
+        keys = [u.c[lbl.name] for lbl in self.key_labels]
+        q = select(*keys, u.c.so_s).order_by(*self._order(keys)).limit(want)
+        rows = list(self._execute(q))
+        stats.statements += 1
+        stats.key_rows_transferred += len(rows)
+        stats.server_rows_read += b * len(shards)
+        stats.rounds.append(dict.fromkeys(shards, b))
+        return rows
+
+    def rows_statement(
+        self, asks: dict[int, int] | None, after: Any, upper: Any, n: int, offset: int, keys: bool
+    ) -> Any:
+        """Round 2: the user's statement over the rows the branches ``asks`` ({shard: n})
+        allow (every shard's rows when None), ordered and limited by the database."""
+        q = self.stmt
+        # a join can repeat a row of ours with other sort keys: those copies are held to
+        # the bounds here (the branches hold each key to them)
+        if asks is None or not self.one_to_one:
+            for cond in (self.after(after), self.up_to(upper)):
+                if cond is not None:
+                    q = q.where(cond)
+        if asks is not None:
+            union = self.fan(self.pk_labels, after, upper, asks, "so_u")
+            # joined, each key once (a join in a branch can repeat one): the emulator
+            # runs an IN (subquery) again for every row of the outer statement
+            ids = select(*union.c)
+            u = (ids if self.one_to_one else ids.distinct()).subquery("so_r")
+            match = [u.c[lbl.name] == c for lbl, c in zip(self.pk_labels, self.pk, strict=True)]
+            q = q.join(u, and_(*match))
+        if keys:  # ordered by our labels, which no output name can shadow
+            q = q.add_columns(*self.key_labels)
+            q = q.order_by(*self._order(self.key_labels)).limit(n)
+        else:
+            q = q.order_by(*self._order([c for c, _ in self.columns])).limit(n)
+        return q.offset(offset) if offset else q
+
+    def run_rows(self, stmt: Any, extra: int) -> tuple[list[Any], list[list[Any]]]:
+        """(the user's rows, the trailing ``extra`` columns of each row).
+
+        The statement is the user's own, executed by SQLAlchemy; ``extra`` columns of
+        ours (the sort key a page's cursor is made of) are dropped with ``Result.columns``.
+        """
+        result = self._execute(stmt)
+        if getattr(result, "_unique_filter_state", None) is not None:
+            result = result.unique()  # joined eager collections: as the ORM requires
+        if not extra:
+            return (list(result.scalars()) if self.scalars else list(result)), []
+        frozen = result.freeze()
+        if not frozen.data:
+            return [], []
+        width = len(frozen.data[0]) - extra  # (an unnamed aliased entity has no key)
+        keys = [list(row[width:]) for row in frozen.data]
+        users = frozen().columns(*range(width))
+        return (list(users.scalars()) if self.scalars else list(users)), keys

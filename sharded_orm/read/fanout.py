@@ -1,0 +1,74 @@
+"""The per-shard branches of a merge as one FROM whose SQL text does not grow with N.
+
+On Spanner, ``N`` branches are one correlated subquery evaluated once per shard::
+
+    UNNEST(GENERATE_ARRAY(0, N - 1)) AS so_shard_n,
+    UNNEST(ARRAY(SELECT AS STRUCT ... WHERE shard = so_shard_n ... LIMIT @L)) AS name
+
+The text is the same for every ``N`` (only the literal ``N - 1`` changes), so the
+Spanner DB-API's sqlparse pass over it, and SQLAlchemy's compile, cost the same at
+N = 64 as at N = 2 (a ``UNION ALL`` of 64 branches is about 20 kB of text). Every shard
+gets the same LIMIT: LIMIT takes a constant or a parameter, not a per-row expression.
+Other dialects (SQLite has no arrays) get a ``UNION ALL`` of branches, each its own LIMIT.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import column
+from sqlalchemy.exc import CompileError
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.selectable import TableClause
+from sqlalchemy.sql.visitors import InternalTraversal
+
+#: the name the enclosing query gives each shard number; a branch's own columns must not
+#: be called so (GoogleSQL resolves a name against the innermost FROM first)
+SHARD_VAR = "so_shard_n"
+
+
+def on_spanner(dialect: Any) -> bool:
+    return str(getattr(dialect, "name", "")).startswith("spanner")
+
+
+def correlated_ok(dialect: Any, stmt: Any) -> bool:
+    """Whether the correlated form is used: on Spanner, when no column of the statement's
+    tables is named like the shard variable (it would shadow it)."""
+    if not on_spanner(dialect):
+        return False
+    for frm in stmt.get_final_froms():
+        for table in getattr(frm, "_from_objects", [frm]):
+            for c in getattr(table, "c", ()):
+                if str(getattr(c, "name", "")).lower() == SHARD_VAR:
+                    return False
+    return True
+
+
+class FanOut(TableClause):
+    """``N`` runs of ``inner`` (a ``SELECT AS STRUCT`` naming the shard ``SHARD_VAR``), as
+    a table ``name`` with ``columns``."""
+
+    __visit_name__ = "sharded_orm_fan_out"
+    inherit_cache = True
+    _traverse_internals = [
+        *TableClause._traverse_internals,
+        ("inner", InternalTraversal.dp_clauseelement),
+        ("count", InternalTraversal.dp_plain_obj),
+    ]
+
+    def __init__(self, name: str, columns: list[str], inner: Any, count: int) -> None:
+        super().__init__(name, *(column(c) for c in columns))
+        self.inner = inner
+        self.count = count
+
+
+@compiles(FanOut)
+def _compile_fan_out(element: FanOut, compiler: Any, **kw: Any) -> str:
+    if not on_spanner(compiler.dialect):
+        raise CompileError("FanOut renders for Spanner only (other dialects get a UNION ALL)")
+    inner = compiler.process(element.inner)
+    name = compiler.preparer.quote(element.name)
+    return (
+        f"UNNEST(GENERATE_ARRAY(0, {int(element.count) - 1})) AS {SHARD_VAR}, "
+        f"UNNEST(ARRAY({inner})) AS {name}"
+    )
