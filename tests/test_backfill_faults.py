@@ -14,10 +14,15 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from hypothesis import given
+from hypothesis import strategies as st
 
-from alembic_ext import backfill_shard
+from alembic_ext import backfill_shard, reflection
+from alembic_ext.backfill_io import Plan, SpannerWriter, batch_uppers
+from alembic_ext.backfill_walk import Walk
 from sharded_orm import compute_shard
-from sharded_orm.retry import RetryError
+from sharded_orm.hashing import shard_function
+from sharded_orm.retry import Deadline, RetryError
 
 pytestmark = pytest.mark.emulator
 
@@ -58,6 +63,63 @@ def test_walk_of_a_desc_key_reads_each_row_once(spanner_emulator: Any) -> None:
     assert seen == [min(100 * (i + 1), 1050) for i in range(11)]  # cursor: no row twice
     _check_all(engine, 1050)
     engine.dispose()
+
+
+class _RangeRecorder(SpannerWriter):
+    """The Spanner writer, recording each batch's key range and the rows it returned."""
+
+    ranges: list[tuple[Any, Any, int]]
+
+    def batch(self, after: Any, bound: Any, limit: int, fix: Any, timeout: float) -> Any:
+        rows = super().batch(after, bound, limit, fix, timeout)
+        self.ranges.append((after, bound, len(rows)))
+        return rows
+
+
+def test_each_batch_reads_a_range_that_holds_only_its_rows(spanner_emulator: Any) -> None:
+    """Root cause of the emulator's slowdown with size: a batch asking for the range from
+    its cursor to the table's end (with a row limit) costs the whole range, so the walk
+    was quadratic. Each batch's range now holds just the rows it returns."""
+    db = spanner_emulator.create_database()
+    database = spanner_emulator.database(db)
+    _table(database, 1050)
+    engine = spanner_emulator.engine(db)
+    with engine.connect() as conn:
+        plan = Plan(conn, "Events", "Shard16", ["CompanyId", "Ts"])
+        key_order = reflection.read_primary_key(conn, "Events")
+    writer = _RangeRecorder(engine, plan, key_order)
+    writer.ranges = []
+    walk = Walk(plan, shard_function(16, "crc32"), 100, writer, False, time.monotonic(), True)
+    walk.walk(Deadline(60), 10.0)
+    writer.close()
+    assert [n for _, _, n in writer.ranges] == [100] * 10 + [50]
+    from google.cloud.spanner_v1.keyset import KeyRange, KeySet
+
+    with database.snapshot(multi_use=True) as snap:
+        for after, upper, n in writer.ranges:
+            start = {"start_open": after} if after is not None else {"start_closed": []}
+            keys = KeySet(ranges=[KeyRange(**start, end_closed=upper)])
+            assert len(list(snap.read("Events", ["Id"], keys))) == n
+    _check_all(engine, 1050)
+    engine.dispose()
+
+
+@given(
+    n=st.integers(0, 60), batch=st.integers(1, 7), batches=st.integers(1, 4),
+)  # fmt: skip
+def test_batch_uppers_cut_the_next_keys_into_batches(n: int, batch: int, batches: int) -> None:
+    keys = [[i] for i in range(n)]
+    read = keys[: batch * batches]  # what the key-only read with its limit returns
+    uppers, end = batch_uppers(iter(read), [999], batch, batches)
+    assert end == (n < batch * batches)
+    sizes, lower = [], -1
+    for (upper,) in uppers:  # the range (lower, upper] of each batch
+        sizes.append(sum(lower < k <= upper for (k,) in keys))
+        lower = upper
+    assert sum(sizes) == len(read)  # every key read is in exactly one batch
+    assert all(0 < s <= batch for s in sizes)
+    assert all(s == batch for s in sizes[:-1])
+    assert (uppers[-1] == [999]) if end and read else True  # the walk's last range
 
 
 def test_silent_server_mid_backfill_ends_within_its_deadline(
