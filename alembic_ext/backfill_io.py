@@ -7,10 +7,9 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import math
 import time
 import warnings
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from contextlib import suppress
 from typing import Any, TypeVar
 
@@ -18,6 +17,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from sharded_orm.errors import ShardConfigError, ShardingWarning
+from sharded_orm.load.pdml import list_value
 from sharded_orm.read.order import after_condition, at_or_before_condition
 from sharded_orm.retry import RetryPolicy, retry_call
 from sharded_orm.spanner.mutations import database_of
@@ -370,38 +370,3 @@ def _key_range(after: list[Any] | None, bound: list[Any]) -> Any:
 
 def _left(deadline: float) -> float:
     return max(0.001, deadline - time.monotonic())
-
-
-def list_value(values: Sequence[Any]) -> Any:
-    """Key or row values as Spanner's wire ``ListValue`` (the Read API and mutations)."""
-    from google.protobuf import struct_pb2
-
-    return struct_pb2.ListValue(values=[_value(v) for v in values])
-
-
-def _value(v: Any) -> Any:
-    from google.protobuf import struct_pb2
-
-    if v is None:
-        return struct_pb2.Value(null_value=struct_pb2.NULL_VALUE)
-    if isinstance(v, bool):
-        return struct_pb2.Value(bool_value=v)
-    if isinstance(v, int):
-        return struct_pb2.Value(string_value=str(v))
-    if isinstance(v, float):
-        if math.isnan(v) or math.isinf(v):
-            return struct_pb2.Value(
-                string_value=str(v).replace("inf", "Infinity").replace("nan", "NaN")
-            )
-        return struct_pb2.Value(number_value=v)
-    if isinstance(v, bytes):  # the client hands BYTES back base64-encoded, as the wire wants
-        return struct_pb2.Value(string_value=v.decode("ascii"))
-    if isinstance(v, dt.datetime):
-        rfc3339 = getattr(v, "rfc3339", None)  # DatetimeWithNanoseconds keeps its nanoseconds
-        if callable(rfc3339):
-            return struct_pb2.Value(string_value=str(rfc3339()))
-        u = v.astimezone(dt.timezone.utc) if v.tzinfo else v
-        return struct_pb2.Value(string_value=u.strftime("%Y-%m-%dT%H:%M:%S.%fZ"))
-    if isinstance(v, dt.date):
-        return struct_pb2.Value(string_value=v.isoformat())
-    return struct_pb2.Value(string_value=str(v))  # STRING, NUMERIC (Decimal), JSON text

@@ -9,6 +9,7 @@ batch, no rescan) and fills every row.
 from __future__ import annotations
 
 import datetime as dt
+import threading
 import time
 from typing import Any
 
@@ -22,6 +23,7 @@ from alembic_ext.backfill_io import Plan, SpannerWriter, batch_uppers
 from alembic_ext.backfill_walk import Walk
 from sharded_orm import compute_shard
 from sharded_orm.hashing import shard_function
+from sharded_orm.load.backfill_server import backfill_server_side
 from sharded_orm.retry import Deadline, RetryError
 
 pytestmark = pytest.mark.emulator
@@ -152,5 +154,57 @@ def test_silent_server_mid_backfill_ends_within_its_deadline(
     res = backfill_shard(engine, "Events", "Shard16", progress=False, deadline=60, **KW)
     assert (res.rows, res.verified) == (800, 1000)
     _check_all(direct, 1000)
+    engine.dispose()
+    direct.dispose()
+
+
+def test_silent_server_mid_partitioned_dml_ends_within_its_deadline(
+    spanner_emulator: Any, spanner_faults: Any
+) -> None:
+    """The Partitioned-DML path: the client's ``execute_partitioned_dml`` sends no
+    timeout (its streamed statement waits up to an hour); each of our statements carries
+    the time left, so a server gone silent after two statements ends the run in time."""
+    db = spanner_emulator.create_database()
+    _table(spanner_emulator.database(db), 500)
+    proxy = spanner_faults
+    engine = proxy.emulator(spanner_emulator).engine(db)
+    kw: dict[str, Any] = dict(
+        sources=["CompanyId", "Ts"], count=16, algorithm="farm_fingerprint",
+        rows_per_statement=100, progress_mode="off",
+    )  # fmt: skip
+    stop = threading.Event()
+
+    def silence_after_two_statements() -> None:
+        while not stop.wait(0.01):
+            if proxy.count("BeginTransaction") >= 2:
+                for method in ("BeginTransaction", "ExecuteStreamingSql", "CreateSession"):
+                    proxy.hang(method, 120, times=1000)
+                return
+
+    watcher = threading.Thread(target=silence_after_two_statements)
+    watcher.start()
+    start = time.monotonic()
+    try:
+        with pytest.raises(RetryError) as caught:
+            backfill_server_side(
+                engine, "Events", "Shard16", deadline=6, statement_timeout=1.5, **kw
+            )
+    finally:
+        stop.set()
+        watcher.join()
+    took = time.monotonic() - start
+    assert took < 6 + 2, took
+    assert "run the backfill again" in str(caught.value)
+    proxy.clear()
+    direct = spanner_emulator.engine(db)
+    with direct.connect() as c:
+        filled = c.exec_driver_sql("SELECT COUNT(*) FROM Events WHERE Shard16 IS NOT NULL")
+        assert 100 <= filled.scalar_one() < 500
+    res = backfill_server_side(engine, "Events", "Shard16", deadline=60, **kw)
+    assert res.mismatched == 0 and res.rows_updated == res.rows_missing_before > 0
+    with direct.connect() as c:
+        rows = c.exec_driver_sql("SELECT CompanyId, Ts, Shard16 FROM Events").all()
+    assert len(rows) == 500
+    assert all(compute_shard((a, b), 16, "farm_fingerprint") == s for a, b, s in rows)
     engine.dispose()
     direct.dispose()
