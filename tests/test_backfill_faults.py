@@ -9,18 +9,26 @@ batch, no rescan) and fills every row.
 from __future__ import annotations
 
 import datetime as dt
+import re
+import textwrap
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from alembic import command
+from alembic_project import Project
 from hypothesis import given
 from hypothesis import strategies as st
 
 from alembic_ext import backfill_shard, reflection
 from alembic_ext.backfill_io import Plan, SpannerWriter, batch_uppers
 from alembic_ext.backfill_walk import Walk
+from alembic_ext.commit import COMMIT_TIMEOUT_ATTRIBUTE
+from alembic_ext.errors import MigrationError
+from alembic_ext.ops import PROGRESS_ATTRIBUTE
 from sharded_orm import compute_shard
 from sharded_orm.hashing import shard_function
 from sharded_orm.load.backfill_server import backfill_server_side
@@ -207,4 +215,58 @@ def test_silent_server_mid_partitioned_dml_ends_within_its_deadline(
     assert len(rows) == 500
     assert all(compute_shard((a, b), 16, "farm_fingerprint") == s for a, b, s in rows)
     engine.dispose()
+    direct.dispose()
+
+
+def _revision(proj: Project, message: str, upgrade: str) -> str:
+    """A hand-written revision (as users write data migrations) with ``upgrade`` as body."""
+    script: Any = command.revision(proj.cfg, message)
+    path = Path(script.path)
+    text = path.read_text()
+    text = re.sub(r"def upgrade\(\) -> None:\n.*?\n\n\ndef downgrade", (
+        "def upgrade() -> None:\n" + textwrap.indent(textwrap.dedent(upgrade), "    ")
+        + "\n\ndef downgrade"
+    ), text, flags=re.S)  # fmt: skip
+    path.write_text(text)
+    return str(script.revision)
+
+
+def test_silent_server_at_the_commit_before_a_schema_change_ends_in_time(
+    tmp_path: Path, spanner_emulator: Any, spanner_faults: Any, monkeypatch: Any
+) -> None:
+    """The migration's DB-API commit before its next DDL (the client's has no timeout and
+    retries UNAVAILABLE for an hour): bounded by the commit timeout, with how to go on;
+    the re-run completes with every row filled."""
+    db = spanner_emulator.create_database()
+    _table(spanner_emulator.database(db), 1000)
+    proxy = spanner_faults
+    proj = Project(tmp_path, spanner_emulator.url(db))
+    monkeypatch.setenv("SPANNER_EMULATOR_HOST", proxy.host)  # env.py's engine: the proxy
+    proj.cfg.attributes["target_metadata"] = None
+    head = _revision(proj, "backfill then index", """
+        op.backfill_shard("Events", "Shard16", sources=["CompanyId", "Ts"], count=16,
+                          batch_size=100, engine="client")
+        op.execute("UPDATE Events SET CompanyId = 'c0' WHERE Id = 'e00000'")
+        op.create_index("EventsByShard", "Events", ["Shard16", "Ts"])
+    """)  # fmt: skip
+
+    def silence_commits_after_the_fill(p: Any) -> None:
+        if p.total == 1000:
+            proxy.hang("Commit", 120, times=1000)
+
+    start = time.monotonic()
+    with pytest.raises(MigrationError, match="did not finish within 3 s") as caught:
+        proj.upgrade(**{PROGRESS_ATTRIBUTE: silence_commits_after_the_fill,
+                        COMMIT_TIMEOUT_ATTRIBUTE: 3})  # fmt: skip
+    took = time.monotonic() - start
+    assert took < 3 + 5, took
+    assert "run `alembic upgrade` again" in str(caught.value)
+    proxy.clear()
+    direct = spanner_emulator.engine(db)
+    with direct.connect() as c:
+        assert c.exec_driver_sql("SELECT COUNT(*) FROM alembic_version").scalar_one() == 0
+    proj.upgrade(**{PROGRESS_ATTRIBUTE: None})
+    with direct.connect() as c:
+        assert c.exec_driver_sql("SELECT version_num FROM alembic_version").scalar_one() == head
+    _check_all(direct, 1000)
     direct.dispose()
