@@ -162,7 +162,9 @@ def backfill_shard(
                 "partitioned DML backfill needs Spanner and algorithm='farm_fingerprint': "
                 "Spanner has no CRC32 function, so crc32 shards are computed by the client"
             )
-        return _partitioned(sa_engine, plan, count, callback_of(progress), start, require_complete)
+        return _partitioned(
+            sa_engine, plan, count, callback_of(progress), start, require_complete, deadline
+        )
     writer: SpannerWriter | SqlWriter
     writer = SpannerWriter(sa_engine, plan, key_order) if spanner else SqlWriter(sa_engine, plan)
     try:
@@ -252,6 +254,7 @@ def _partitioned(
     report: ProgressCallback | None,
     start: float,
     require_complete: bool,
+    deadline: float | None,
 ) -> BackfillResult:
     """In Spanner: ``sharded_orm.load.backfill_server`` with ``fix_stale`` (``WHERE col IS
     NULL OR col != <expr>``), then its closing count of mismatches. Those are an error
@@ -262,6 +265,7 @@ def _partitioned(
     res = backfill_server_side(
         engine, plan.table.name, plan.target.name, sources=[c.name for c in plan.sources],
         count=count, algorithm=FARM_FINGERPRINT, fix_stale=True, progress_mode="off",
+        deadline=None if deadline is None else max(0.001, deadline - (time.monotonic() - start)),
     )  # fmt: skip
     if res.mismatched and require_complete:
         raise BackfillIncomplete(

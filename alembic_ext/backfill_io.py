@@ -7,10 +7,9 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import math
 import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable
 from contextlib import suppress
 from typing import Any, TypeVar
 
@@ -18,6 +17,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from sharded_orm.errors import ShardConfigError, ShardingWarning
+from sharded_orm.load.pdml import list_value
 from sharded_orm.read.order import after_condition, at_or_before_condition
 from sharded_orm.retry import RetryPolicy, retry_call
 from sharded_orm.spanner.mutations import database_of
@@ -35,6 +35,25 @@ def utc(value: object) -> object:
     if isinstance(value, dt.datetime) and value.tzinfo is None:
         return value.replace(tzinfo=dt.timezone.utc)
     return value
+
+
+def batch_uppers(
+    keys: Iterable[list[Any]], bound: list[Any], batch_size: int, batches: int
+) -> tuple[list[list[Any]], bool]:
+    """The upper keys of up to ``batches`` ranges of ``batch_size`` rows from a stream of
+    the next keys (read with limit ``batch_size * batches``), and whether it reached the
+    walk's end (then the last range ends at ``bound``). Keeps one key per batch."""
+    uppers: list[list[Any]] = []
+    n = 0
+    for n, key in enumerate(keys, 1):
+        if n % batch_size == 0:
+            uppers.append(list(key))
+    end = n < batch_size * batches
+    if end and n % batch_size:
+        uppers.append(bound)
+    elif end and uppers:
+        uppers[-1] = bound
+    return uppers, end
 
 
 class Plan:
@@ -113,11 +132,27 @@ class SqlWriter:
             ).first()
         return None if row is None else list(row)
 
+    def plan_batches(
+        self, after: list[Any] | None, bound: list[Any], batch_size: int, batches: int,
+        timeout: float,
+    ) -> tuple[list[list[Any]], bool]:  # fmt: skip
+        """The next batches' upper keys after ``after`` (see :func:`batch_uppers`)."""
+        p = self.plan
+        read = sa.select(*p.key).order_by(*p.key).limit(batch_size * batches)
+        read = read.where(at_or_before_condition(self.order, bound))
+        if after is not None:
+            read = read.where(after_condition(self.order, after))
+        with self.engine.connect() as conn:
+            return batch_uppers(
+                (list(r) for r in conn.execute(read.execution_options(yield_per=batch_size))),
+                bound, batch_size, batches,
+            )  # fmt: skip
+
     def batch(
         self, after: list[Any] | None, bound: list[Any], limit: int, fix: Fix, timeout: float
     ) -> list[list[Any]]:
-        """Read the next ``limit`` rows after key ``after`` (up to ``bound``), write what
-        ``fix`` returns; the rows read (none: the walk is done)."""
+        """Read at most ``limit`` rows after key ``after`` up to ``bound``, write what
+        ``fix`` returns; the rows read."""
         p = self.plan
         read = sa.select(*p.read_cols).order_by(*p.key).limit(limit)
         read = read.where(at_or_before_condition(self.order, bound))
@@ -230,10 +265,37 @@ class SpannerWriter:
             resume="Run the backfill again: it resumes where it stopped.",
         )  # fmt: skip
 
+    def plan_batches(
+        self, after: list[Any] | None, bound: list[Any], batch_size: int, batches: int,
+        timeout: float,
+    ) -> tuple[list[list[Any]], bool]:  # fmt: skip
+        """The next batches' upper keys after ``after``, from a key-only strong read
+        (see :func:`batch_uppers`); it keeps one key per batch in memory."""
+        from google.cloud.spanner_v1 import (
+            ReadRequest,
+            TransactionOptions,
+            TransactionSelector,
+        )
+        from google.cloud.spanner_v1.streamed import StreamedResultSet
+
+        deadline = time.monotonic() + timeout
+        request = ReadRequest(
+            session=self._session(timeout),
+            transaction=TransactionSelector(
+                single_use=TransactionOptions(read_only=TransactionOptions.ReadOnly(strong=True))
+            ),
+            table=self.plan.table.name, columns=self.key_names,
+            key_set=_key_range(after, bound), limit=batch_size * batches,
+        )  # fmt: skip
+        stream = self.api.streaming_read(
+            request=request, metadata=self.metadata, timeout=_left(deadline), retry=None
+        )
+        return batch_uppers(StreamedResultSet(stream), bound, batch_size, batches)
+
     def batch(
         self, after: list[Any] | None, bound: list[Any], limit: int, fix: Fix, timeout: float
     ) -> list[list[Any]]:
-        """One transaction: the next ``limit`` rows after key ``after`` up to ``bound``
+        """One transaction: at most ``limit`` rows after key ``after`` up to ``bound``
         (both in the table's stored order), the changed ones written back."""
         from google.cloud.spanner_v1 import (
             BeginTransactionRequest,
@@ -244,7 +306,6 @@ class SpannerWriter:
             TransactionSelector,
         )
         from google.cloud.spanner_v1.streamed import StreamedResultSet
-        from google.cloud.spanner_v1.types import KeyRange, KeySet  # the wire messages
 
         plan = self.plan
         deadline = time.monotonic() + timeout
@@ -258,12 +319,7 @@ class SpannerWriter:
         )  # fmt: skip
         txn_id = begun.id
         try:
-            start = (
-                {"start_open": list_value(after)}
-                if after is not None
-                else {"start_closed": list_value([])}
-            )
-            key_set = KeySet(ranges=[KeyRange(**start, end_closed=list_value(bound))])
+            key_set = _key_range(after, bound)
             request = ReadRequest(
                 session=session, transaction=TransactionSelector(id=txn_id),
                 table=plan.table.name, columns=self.columns, key_set=key_set, limit=limit,
@@ -302,40 +358,15 @@ class SpannerWriter:
                 self.api.delete_session(name=name, metadata=self.metadata, timeout=2.0, retry=None)
 
 
+def _key_range(after: list[Any] | None, bound: list[Any]) -> Any:
+    """The wire ``KeySet`` of keys after ``after`` (the start: None) up to ``bound``."""
+    from google.cloud.spanner_v1.types import KeyRange, KeySet  # the wire messages
+
+    start = (
+        {"start_open": list_value(after)} if after is not None else {"start_closed": list_value([])}
+    )
+    return KeySet(ranges=[KeyRange(**start, end_closed=list_value(bound))])
+
+
 def _left(deadline: float) -> float:
     return max(0.001, deadline - time.monotonic())
-
-
-def list_value(values: Sequence[Any]) -> Any:
-    """Key or row values as Spanner's wire ``ListValue`` (the Read API and mutations)."""
-    from google.protobuf import struct_pb2
-
-    return struct_pb2.ListValue(values=[_value(v) for v in values])
-
-
-def _value(v: Any) -> Any:
-    from google.protobuf import struct_pb2
-
-    if v is None:
-        return struct_pb2.Value(null_value=struct_pb2.NULL_VALUE)
-    if isinstance(v, bool):
-        return struct_pb2.Value(bool_value=v)
-    if isinstance(v, int):
-        return struct_pb2.Value(string_value=str(v))
-    if isinstance(v, float):
-        if math.isnan(v) or math.isinf(v):
-            return struct_pb2.Value(
-                string_value=str(v).replace("inf", "Infinity").replace("nan", "NaN")
-            )
-        return struct_pb2.Value(number_value=v)
-    if isinstance(v, bytes):  # the client hands BYTES back base64-encoded, as the wire wants
-        return struct_pb2.Value(string_value=v.decode("ascii"))
-    if isinstance(v, dt.datetime):
-        rfc3339 = getattr(v, "rfc3339", None)  # DatetimeWithNanoseconds keeps its nanoseconds
-        if callable(rfc3339):
-            return struct_pb2.Value(string_value=str(rfc3339()))
-        u = v.astimezone(dt.timezone.utc) if v.tzinfo else v
-        return struct_pb2.Value(string_value=u.strftime("%Y-%m-%dT%H:%M:%S.%fZ"))
-    if isinstance(v, dt.date):
-        return struct_pb2.Value(string_value=v.isoformat())
-    return struct_pb2.Value(string_value=str(v))  # STRING, NUMERIC (Decimal), JSON text

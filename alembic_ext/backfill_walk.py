@@ -18,6 +18,9 @@ from sharded_orm.retry import Deadline, retry_call
 
 from .backfill_io import BATCH_POLICY, Plan, SpannerWriter, SqlWriter, utc
 
+#: Batches planned by one key-only read (its keys are read, every ``batch_size``-th kept).
+PLAN_BATCHES = 64
+
 
 @dataclass(frozen=True)
 class BackfillProgress:
@@ -106,6 +109,10 @@ class Walk:
         return out
 
     def walk(self, clock: Deadline, batch_timeout: float) -> None:
+        """Plan ``PLAN_BATCHES`` batches at a time from a key-only read, then run each on
+        its own closed key range: a batch reads only its rows (the emulator's Read, and
+        Spanner's locks in a read-write transaction, cost the range asked, not the rows
+        returned; an open-ended range made every batch pay for the rest of the table)."""
         self.clock = clock
         p = self.plan
         what = f"backfill of {p.table.name}.{p.target.name}"
@@ -118,29 +125,47 @@ class Walk:
         if bound is None:
             return  # an empty table
         after: list[Any] | None = None
+        limit = 2 * self.batch_size  # a range grown by concurrent inserts takes 2+ batches
         with progress_bar(None, f"backfill {p.table.name}.{p.target.name}", mode=self.mode) as bar:
-            while True:
-                rows = retry_call(
+            done = False
+            while not done:
+                uppers, done = retry_call(
                     functools.partial(
-                        self.writer.batch, after, bound, self.batch_size, self._changes
+                        self.writer.plan_batches, after, bound, self.batch_size, PLAN_BATCHES
                     ),
-                    policy, what=f"{what} (batch {self.batches + 1}, after {self.verified} rows)",
+                    policy, what=f"{what} (planning batches after {self.verified} rows)",
                     idempotent=True, resume=resume, deadline=clock,
                 )  # fmt: skip
-                if not rows:
-                    break
-                after = [rows[-1][i] for i in self.key_at]
-                self.verified += len(rows)
-                self.done += self._filled
-                self.fixed += self._stale
-                self.batches += 1
-                bar.advance(len(rows))
-                if self.callback is not None:
-                    self.callback(
-                        BackfillProgress(
-                            p.table.name, p.target.name, self.done, self.verified,
-                            self.batches, time.monotonic() - self.start, "fill", self.fixed,
-                        )
-                    )  # fmt: skip
-                if len(rows) < self.batch_size:
-                    break
+                for upper in uppers:
+                    while True:
+                        rows = retry_call(
+                            functools.partial(
+                                self.writer.batch, after, upper, limit, self._changes
+                            ),
+                            policy,
+                            what=f"{what} (batch {self.batches + 1}, after {self.verified} rows)",
+                            idempotent=True, resume=resume, deadline=clock,
+                        )  # fmt: skip
+                        self._advance(rows, bar)
+                        if len(rows) < limit:
+                            after = upper
+                            break
+                        after = [rows[-1][i] for i in self.key_at]
+
+    def _advance(self, rows: list[list[Any]], bar: Any) -> None:
+        if not rows:  # its rows were deleted since the plan
+            return
+        p = self.plan
+        self.verified += len(rows)
+        self.done += self._filled
+        self.fixed += self._stale
+        self._filled = self._stale = 0
+        self.batches += 1
+        bar.advance(len(rows))
+        if self.callback is not None:
+            self.callback(
+                BackfillProgress(
+                    p.table.name, p.target.name, self.done, self.verified,
+                    self.batches, time.monotonic() - self.start, "fill", self.fixed,
+                )
+            )  # fmt: skip

@@ -49,6 +49,7 @@ from sharded_orm.spanner.mutations import database_of
 
 from . import defaults, reflection
 from . import ops as _ops  # noqa: F401  (registers op.backfill_shard, op.alter_index_storing)
+from .commit import commit_timeout, commit_within
 from .errors import MigrationError
 from .render import chain_render_item
 
@@ -228,7 +229,8 @@ class SpannerImpl(DefaultImpl):
         assert self.connection is not None
         driver: Any = self.connection.connection.driver_connection
         if driver is not None and not driver.autocommit and self.connection.in_transaction():
-            driver.commit()
+            # bounded: the DB-API's commit has no timeout (alembic_ext.commit)
+            commit_within(driver.commit, commit_timeout(self._attributes()))
 
     @staticmethod
     def _attributes() -> dict[str, Any]:

@@ -4,6 +4,8 @@ and the ``sharded-orm verify`` command."""
 from __future__ import annotations
 
 import json
+import threading
+import time
 from typing import Any
 
 import pytest
@@ -20,7 +22,7 @@ from seed_models import NaiveLogEntry, User
 from sqlalchemy.orm import Session
 
 from sharded_orm import ShardConfigError, get_shard_column
-from sharded_orm.load.verify import verify
+from sharded_orm.load.verify import scan_partitions, verify
 from sharded_orm.spanner.mutations import database_of
 from sharded_orm.tools.cli import main
 
@@ -146,3 +148,47 @@ def test_a_connection_works_as_bind_and_a_url_string_does_not() -> None:
         assert verify(conn, CrcLogEntry).rows_checked == 20
     with pytest.raises(TypeError, match="Engine or Connection.*create_engine"):
         verify("sqlite://", CrcLogEntry)
+
+
+class _Partitions:
+    """A batch snapshot of ``parts`` partitions whose streams take a while, noting how
+    many are read at once and the timeouts they are given."""
+
+    def __init__(self, parts: int) -> None:
+        self.parts = parts
+        self.lock = threading.Lock()
+        self.open = self.most = 0
+        self.timeouts: list[float] = []
+
+    def generate_query_batches(self, sql: str, *, timeout: float) -> Any:
+        self.timeouts.append(timeout)
+        return iter([{"partition": i} for i in range(self.parts)])
+
+    def process_query_batch(self, batch: Any, *, timeout: float) -> Any:
+        self.timeouts.append(timeout)
+        with self.lock:
+            self.open += 1
+            self.most = max(self.most, self.open)
+        time.sleep(0.05)
+        with self.lock:
+            self.open -= 1
+        return iter([[batch["partition"], 1]] * 10)
+
+
+def test_partitions_are_scanned_concurrently_by_bounded_workers() -> None:
+    snap = _Partitions(9)
+
+    def work(rows: Any) -> tuple[int, list[int]]:
+        seen = list(rows)
+        return len(seen), [sum(1 for p, _ in seen if p % 2)]
+
+    n, bad = scan_partitions(snap, "SELECT 1", work, workers=3, timeout=7.0)
+    assert (n, bad) == (90, [40])  # every partition once: odd ones 1, 3, 5, 7
+    assert snap.most == 3  # at most `workers` at once, and as many as that
+    assert snap.timeouts == [7.0] * 10  # PartitionQuery and every stream carry a timeout
+
+
+def test_workers_must_be_positive() -> None:
+    engine = sa.create_engine("sqlite://")
+    with pytest.raises(ShardConfigError, match="workers"):
+        verify(engine, User, workers=0)

@@ -53,11 +53,15 @@ class Database:
     database_id: str
     credentials: Any = None
 
-    def open(self) -> Any:
+    def client(self) -> Any:
+        """A new google-cloud-spanner ``Client`` with these credentials (None: the
+        environment's default credentials; the emulator's, where it is set)."""
         from google.cloud import spanner
 
-        client = spanner.Client(project=self.project_id, credentials=self.credentials)
-        return client.instance(self.instance_id).database(self.database_id)
+        return spanner.Client(project=self.project_id, credentials=self.credentials)
+
+    def open(self) -> Any:
+        return self.client().instance(self.instance_id).database(self.database_id)
 
 
 class _PartitionFn(beam.DoFn):

@@ -20,9 +20,9 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy import types as sqltypes
@@ -30,13 +30,17 @@ from sqlalchemy import types as sqltypes
 from sharded_orm.checks import check_identifier, check_positive_int
 from sharded_orm.errors import ShardConfigError, UnsupportedOnDialectError
 from sharded_orm.hashing import FARM_FINGERPRINT, validate_algorithm
+from sharded_orm.load.pdml import SpannerCalls
 from sharded_orm.load.verify import connect, mismatch_sql, quote
 from sharded_orm.progress import progress
+from sharded_orm.retry import Deadline, RetryPolicy, retry_call
 from sharded_orm.schema.columns import get_shard_column, table_of
 from sharded_orm.spanner import is_spanner
 from sharded_orm.spanner.expressions import shard_sql
 
 __all__ = ["ServerBackfillResult", "backfill_server_side", "backfill_sql"]
+
+T = TypeVar("T")
 
 _log = logging.getLogger("sharded_orm.backfill")
 
@@ -103,30 +107,15 @@ def _update(
     return f"UPDATE {quote(table, 'table name')} SET {col} = {expr} WHERE {where}", where
 
 
-def _key_names(bind: Any, table: Any, name: str) -> list[str]:
+def _key_names(calls: SpannerCalls, table: Any, name: str, timeout: float) -> list[str]:
     """The primary key's column names, from the model or from INFORMATION_SCHEMA."""
     if not isinstance(table, str):
         return [c.name for c in table_of(table).primary_key.columns]
-    sql = sa.text(
+    sql = (
         "SELECT COLUMN_NAME FROM INFORMATION_SCHEMA.INDEX_COLUMNS WHERE TABLE_SCHEMA = '' "
-        "AND TABLE_NAME = :t AND INDEX_TYPE = 'PRIMARY_KEY' ORDER BY ORDINAL_POSITION"
+        "AND TABLE_NAME = @t AND INDEX_TYPE = 'PRIMARY_KEY' ORDER BY ORDINAL_POSITION"
     )
-    with connect(bind) as conn:
-        return [str(r[0]) for r in conn.execute(sql, {"t": name})]
-
-
-def _param_type(value: Any) -> Any:
-    import datetime as dt
-    from decimal import Decimal
-
-    from google.cloud.spanner_v1 import param_types as pt
-
-    for py, code in ((bool, pt.BOOL), (int, pt.INT64), (float, pt.FLOAT64), (str, pt.STRING),
-                     (bytes, pt.BYTES), (dt.datetime, pt.TIMESTAMP), (dt.date, pt.DATE),
-                     (Decimal, pt.NUMERIC)):  # fmt: skip
-        if isinstance(value, py):
-            return code
-    raise ShardConfigError(f"cannot bind a key value of type {type(value).__name__}")
+    return [str(r[0]) for r in calls.query(sql, timeout, {"t": name})]
 
 
 def _bound(keys: Sequence[str], at: Sequence[Any], op: str, tag: str) -> tuple[str, dict[str, Any]]:
@@ -142,27 +131,30 @@ def _bound(keys: Sequence[str], at: Sequence[Any], op: str, tag: str) -> tuple[s
 
 
 def key_ranges(
-    database: Any, table: str, keys: Sequence[str], where: str, rows_per_statement: int
-) -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
-    """Key-range predicates (with params and types) of about ``rows_per_statement`` rows
-    each among the rows matching ``where``; together they cover the whole key space."""
+    next_row: Callable[[str, dict[str, Any], int], list[Any] | None],
+    table: str, keys: Sequence[str], where: str, rows_per_statement: int,
+) -> Iterator[tuple[str, dict[str, Any]]]:  # fmt: skip
+    """Key-range predicates (with params) of ``rows_per_statement`` rows matching ``where``
+    each, found one at a time as the caller asks for the next: together they cover the
+    whole key space. ``next_row(sql, params, offset)`` runs the query for the key of the
+    row after the current range's (``None``: the range runs to the end). Nothing but the
+    current cut is held in memory, and each cut counts from the previous one, so rows the
+    previous statement filled (no longer matching) do not shift it."""
     order = ", ".join(quote(k) for k in keys)
-    sql = f"SELECT {order} FROM {quote(table, 'table name')} WHERE {where} ORDER BY {order}"
-    with database.snapshot() as snap:
-        found = [tuple(r) for r in snap.execute_sql(sql)]
-    cuts = found[rows_per_statement::rows_per_statement]
-    if not cuts:
-        return [("TRUE", {}, {})]
-    out = []
-    for lo, hi in zip([None, *cuts], [*cuts, None], strict=True):
-        parts, params = [], {}
-        for at, op, tag in ((lo, ">=", "lo"), (hi, "<", "hi")):
-            if at is not None:
-                pred, p = _bound(keys, at, op, tag)
-                parts.append(pred)
-                params.update(p)
-        out.append((" AND ".join(parts), params, {k: _param_type(v) for k, v in params.items()}))
-    return out
+    lo: list[Any] | None = None
+    while True:
+        pred, params = _bound(keys, lo, ">=", "lo") if lo is not None else ("TRUE", {})
+        sql = (
+            f"SELECT {order} FROM {quote(table, 'table name')} WHERE {where} AND {pred} "
+            f"ORDER BY {order} LIMIT 1 OFFSET @offset"
+        )
+        hi = next_row(sql, params, rows_per_statement)
+        if hi is None:
+            yield pred, params
+            return
+        upper, up = _bound(keys, hi, "<", "hi")
+        yield (upper if lo is None else f"{pred} AND {upper}"), {**params, **up}
+        lo = hi
 
 
 def _reflected_sources(bind: Any, table: str, names: Sequence[str]) -> list[sa.Column[Any]]:
@@ -249,6 +241,8 @@ def backfill_server_side(
     rows_per_statement: int | None = None,
     verify: bool = True,
     progress_mode: Any = "auto",
+    deadline: float | None = None,
+    statement_timeout: float = 3600.0,
 ) -> ServerBackfillResult:
     """Fill ``table.column_name`` with its shard by one Partitioned DML statement.
 
@@ -259,9 +253,13 @@ def backfill_server_side(
     still). ``rows_per_statement`` splits the work into statements over key ranges of that
     many rows (None: one statement on Spanner, which partitions it itself; on the emulator,
     which runs DML as one transaction that slows down with the square of its size,
-    ``EMULATOR_ROWS_PER_STATEMENT``). ``verify=False`` skips the closing count. Safe to
-    rerun. Raises ``ShardConfigError`` for a crc32 column and ``UnsupportedOnDialectError``
-    off Spanner.
+    ``EMULATOR_ROWS_PER_STATEMENT``). ``verify=False`` skips the closing count. Every
+    RPC is bounded by ``statement_timeout`` (one Partitioned DML over a large table takes
+    long: the default is an hour) and the whole run by ``deadline`` seconds (None: no
+    overall limit); a statement that fails transiently is retried (it is idempotent).
+    Safe to rerun. Raises ``ShardConfigError`` for a crc32 column,
+    ``UnsupportedOnDialectError`` off Spanner, ``sharded_orm.retry.RetryError`` (saying
+    how to resume) when the server fails or goes silent past the deadline.
     """
     if not is_spanner(bind):
         raise UnsupportedOnDialectError(
@@ -273,37 +271,81 @@ def backfill_server_side(
     from sharded_orm.spanner.mutations import database_of
 
     start = time.monotonic()
-    col = quote(column_name)
-    sql, where = _update(name, column_name, cols, n, fix_stale)
-    with connect(bind) as conn:
-        missing = int(
-            conn.exec_driver_sql(
-                f"SELECT COUNT(*) FROM {quote(name, 'table name')} WHERE {col} IS NULL"
-            ).scalar_one()
-        )
-    rpcs = 1
-    database = database_of(bind)
+    if deadline is not None:
+        check_positive_float(deadline, "deadline")
+    check_positive_float(statement_timeout, "statement_timeout")
     if rows_per_statement is None and os.environ.get("SPANNER_EMULATOR_HOST"):
         rows_per_statement = EMULATOR_ROWS_PER_STATEMENT
-    ranges: list[tuple[str, dict[str, Any], dict[str, Any]]] = [("TRUE", {}, {})]
     if rows_per_statement is not None:
         check_positive_int(rows_per_statement, "rows_per_statement")
-        keys = _key_names(bind, table, name)
-        ranges = key_ranges(database, name, keys, where, rows_per_statement)
-        rpcs += 1
-    _log.info(
-        "backfill %s.%s: Partitioned DML over %s NULL rows in %d statement(s)",
-        name, column_name, missing, len(ranges),
-    )  # fmt: skip
-    updated = 0
+    calls = SpannerCalls(database_of(bind))
+    try:
+        return _run(
+            calls, table, name, column_name, cols, n, fix_stale, rows_per_statement, verify,
+            progress_mode, Deadline(deadline), statement_timeout, start,
+        )  # fmt: skip
+    finally:
+        calls.close()
+
+
+def check_positive_float(value: object, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1e9:
+        raise ShardConfigError(f"{what} must be a positive number of seconds, got {value!r}")
+    return float(value)
+
+
+def _run(
+    calls: SpannerCalls, table: Any, name: str, column_name: str, cols: list[sa.Column[Any]],
+    n: int, fix_stale: bool, rows_per_statement: int | None, verify: bool, progress_mode: Any,
+    clock: Deadline, statement_timeout: float, start: float,
+) -> ServerBackfillResult:  # fmt: skip
+    policy = RetryPolicy(deadline=None, call_timeout=statement_timeout)
     what = f"backfill {name}.{column_name} (partitioned DML)"
-    with progress(missing, what, mode=progress_mode) as bar:
-        for pred, params, types in ranges:
-            stmt = sql if pred == "TRUE" else f"{sql} AND {pred}"
-            done = int(
-                database.execute_partitioned_dml(stmt, params=params or None,
-                                                 param_types=types or None)
+    updated = 0
+    resume = (
+        f"Rows updated so far stay filled ({{updated}} by this run): run the backfill again "
+        f"(alembic upgrade head, or sharded-orm backfill <url> {name} {column_name} ...); "
+        "it touches only the rows still to fill."
+    )
+
+    def call(fn: Callable[[float], T], step: str) -> T:
+        return retry_call(
+            fn, policy, what=f"{what}: {step}", idempotent=True,
+            resume=resume.format(updated=updated), deadline=clock,
+        )  # fmt: skip
+
+    col = quote(column_name)
+    sql, where = _update(name, column_name, cols, n, fix_stale)
+    count_sql = f"SELECT COUNT(*) FROM {quote(name, 'table name')} WHERE {col} IS NULL"
+    missing = int(call(lambda t: calls.query(count_sql, t), "count NULL rows")[0][0])
+    rpcs = 1
+    ranges: Iterator[tuple[str, dict[str, Any]]] = iter([("TRUE", {})])
+    if rows_per_statement is not None:
+        keys = call(lambda t: _key_names(calls, table, name, t), "read the key")
+
+        def next_row(q: str, params: dict[str, Any], offset: int) -> list[Any] | None:
+            nonlocal rpcs
+            rpcs += 1
+            found = call(
+                lambda t: calls.query(q, t, {**params, "offset": offset}),
+                f"find the next key range after {updated} rows",
             )  # fmt: skip
+            return found[0] if found else None
+
+        ranges = key_ranges(next_row, name, keys, where, rows_per_statement)
+    _log.info(
+        "backfill %s.%s: Partitioned DML over %s NULL rows (%s rows per statement)",
+        name, column_name, missing, rows_per_statement or "all",
+    )  # fmt: skip
+    statements = 0
+    with progress(missing, what, mode=progress_mode) as bar:
+        for pred, params in ranges:
+            stmt = sql if pred == "TRUE" else f"{sql} AND {pred}"
+            done = call(
+                lambda t, s=stmt, p=params: calls.partitioned_update(s, t, p),  # type: ignore[misc]
+                f"statement {statements + 1}",
+            )  # fmt: skip
+            statements += 1
             rpcs += 1
             updated += done
             bar.advance(done)
@@ -312,16 +354,13 @@ def backfill_server_side(
         check = (
             f"SELECT COUNTIF({mismatch_sql(column_name, cols, n)}) FROM {quote(name, 'table name')}"
         )
-        with connect(bind) as conn:
-            mismatched = int(conn.exec_driver_sql(check).scalar_one() or 0)
+        mismatched = int(call(lambda t: calls.query(check, t), "count mismatches")[0][0] or 0)
         rpcs += 1
         if mismatched:
             _log.warning(
                 "backfill %s.%s: %s rows still disagree with their sources after the backfill",
-                name,
-                column_name,
-                mismatched,
-            )
+                name, column_name, mismatched,
+            )  # fmt: skip
     return ServerBackfillResult(
         table=name,
         column=column_name,

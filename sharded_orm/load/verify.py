@@ -6,8 +6,8 @@ reshard, or when adopting the library on a table sharded by hand, check the whol
 * farm_fingerprint columns on Spanner: one server-side ``SELECT COUNT(*), COUNTIF(...)``
   comparing each stored shard with the same expression the generated column uses;
 * crc32 columns on Spanner (Spanner has no CRC32): a partitioned scan (a batch read-only
-  transaction, ``PartitionQuery``) of the sources and shards, hashed by the client with
-  the library's own ``ShardColumn.compute``;
+  transaction, ``PartitionQuery``) of the sources and shards, ``workers`` partitions at a
+  time, hashed by the client with the library's own ``ShardColumn.compute``;
 * any other database: one streamed ``SELECT`` hashed by the client.
 
 A NULL shard counts as a mismatch (a row the backfill has not reached yet).
@@ -23,7 +23,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from sharded_orm.checks import check_identifier
+from sharded_orm.checks import check_identifier, check_positive_int
 from sharded_orm.errors import ShardConfigError, ShardingError, ShardTypeError
 from sharded_orm.hashing import FARM_FINGERPRINT
 from sharded_orm.progress import progress
@@ -96,17 +96,16 @@ def row_decoder(
 
 
 def _count_mismatches(
-    shards: Sequence[ShardColumn],
-    rows: Iterable[Sequence[Any]],
-    report: VerifyReport,
-    bar: Any,
-) -> None:
-    """Hash each row (sources of every shard column, then the stored shards) client-side."""
+    shards: Sequence[ShardColumn], rows: Iterable[Sequence[Any]], bar: Any
+) -> tuple[int, list[int]]:
+    """Hash each row (sources of every shard column, then the stored shards) client-side:
+    the rows seen and each column's mismatches."""
     spans = []
     at = 0
     for sc in shards:
         spans.append((sc, at, at + len(sc.sources)))
         at += len(sc.sources)
+    bad = [0] * len(shards)
     n = 0
     for row in rows:
         n += 1
@@ -117,15 +116,38 @@ def _count_mismatches(
             except ShardingError:  # a NULL or unhashable source: the row cannot be right
                 good = False
             if not good:
-                report.mismatched[sc.name] += 1
+                bad[i] += 1
         if n % 1000 == 0:
             bar.advance(1000)
     bar.advance(n % 1000)
-    report.rows_checked = max(report.rows_checked, n)
+    return n, bad
 
 
-def _spanner_scan(bind: Any, table: sa.Table, shards: Sequence[ShardColumn]) -> Iterable[Any]:
-    """Every row's sources and shards through a partitioned read (one partition at a time)."""
+def scan_partitions(
+    snapshot: Any, sql: str, work: Callable[[Iterable[Any]], tuple[int, list[int]]],
+    workers: int, timeout: float,
+) -> tuple[int, list[int]]:  # fmt: skip
+    """``work`` on each partition of ``sql`` in one batch snapshot, ``workers`` partitions
+    at a time (threads: a partition's rows arrive over the network while others are
+    hashed; the partitions share the snapshot's read timestamp, as Dataflow's workers do).
+    Each partition's stream is bounded by ``timeout``; sums of what ``work`` returns."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    batches = snapshot.generate_query_batches(sql, timeout=min(timeout, 120.0))
+    total, bad = 0, None
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="verify") as pool:
+        parts = pool.map(lambda b: work(snapshot.process_query_batch(b, timeout=timeout)), batches)
+        for n, found in parts:
+            total += n
+            bad = found if bad is None else [x + y for x, y in zip(bad, found, strict=True)]
+    return total, bad or []
+
+
+def _spanner_counts(
+    bind: Any, table: sa.Table, shards: Sequence[ShardColumn], bar: Any, workers: int,
+    timeout: float,
+) -> tuple[int, list[int]]:  # fmt: skip
+    """Every row's sources and shards through a partitioned read, hashed as they come."""
     from sharded_orm.spanner.mutations import database_of
 
     columns = [c for sc in shards for c in sc.sources] + [sc.column for sc in shards]
@@ -133,9 +155,10 @@ def _spanner_scan(bind: Any, table: sa.Table, shards: Sequence[ShardColumn]) -> 
     decode = row_decoder(columns, bind.dialect)
     snapshot = database_of(bind).batch_snapshot()
     try:
-        for batch in snapshot.generate_query_batches(sql):
-            for raw in snapshot.process_query_batch(batch):
-                yield decode(raw)
+        return scan_partitions(
+            snapshot, sql, lambda raw: _count_mismatches(shards, map(decode, raw), bar),
+            workers, timeout,
+        )  # fmt: skip
     finally:
         snapshot.close()
 
@@ -156,10 +179,15 @@ def _server_counts(bind: Any, table: sa.Table, shards: Sequence[ShardColumn]) ->
     return [int(v or 0) for v in row]
 
 
-def verify(bind: Any, model_or_table: Any, *, progress_mode: Any = "auto") -> VerifyReport:
+def verify(
+    bind: Any, model_or_table: Any, *, progress_mode: Any = "auto", workers: int = 4,
+    partition_timeout: float = 3600.0,
+) -> VerifyReport:  # fmt: skip
     """Check every row's shard columns against their sources; see the module docstring.
 
     ``bind`` is an Engine or Connection; ``model_or_table`` a mapped class or ``Table``.
+    ``workers``: partitions of a crc32 scan on Spanner read at a time;
+    ``partition_timeout``: the most one partition's stream may take.
     Returns a :class:`VerifyReport` (``.rows_checked``, ``.mismatched`` by column name).
     """
     if not isinstance(bind, (sa.Engine, sa.Connection)):
@@ -167,6 +195,7 @@ def verify(bind: Any, model_or_table: Any, *, progress_mode: Any = "auto") -> Ve
         raise ShardTypeError(
             f"verify takes a SQLAlchemy Engine or Connection, got {bind!r:.80}{hint}"
         )
+    check_positive_int(workers, "workers")
     table = table_of(model_or_table)
     shards = shard_columns(table)
     if not shards:
@@ -190,9 +219,14 @@ def verify(bind: Any, model_or_table: Any, *, progress_mode: Any = "auto") -> Ve
             with connect(bind) as conn:
                 count = sa.select(sa.func.count()).select_from(table)
                 total = int(conn.execute(count).scalar_one())
-        scan = _spanner_scan if is_spanner(bind) else _sqlalchemy_scan
         with progress(total, f"verify {table.name}", mode=progress_mode) as bar:
-            _count_mismatches(client, scan(bind, table, client), report, bar)
+            if is_spanner(bind):
+                n, bad = _spanner_counts(bind, table, client, bar, workers, partition_timeout)
+            else:
+                n, bad = _count_mismatches(client, _sqlalchemy_scan(bind, table, client), bar)
+        report.rows_checked = max(report.rows_checked, n)
+        for sc, found in zip(client, bad, strict=True):
+            report.mismatched[sc.name] = found
         for sc in client:
             report.methods[sc.name] = "partitioned scan" if is_spanner(bind) else "client scan"
     report.seconds = time.monotonic() - start
