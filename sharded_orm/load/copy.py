@@ -49,6 +49,7 @@ __all__ = [
     "compare_tables",
     "copy_table",
     "cursor_table_ddl",
+    "missing_rows_check_sql",
     "prune_target",
 ]
 
@@ -244,32 +245,66 @@ def _shared_key(src: sa.Table, dst: sa.Table) -> list[str]:
     return shared
 
 
-def prune_target(bind: Any, source: Any, target: Any, *, call_timeout: float = 60.0) -> int:
+def _union(src: sa.Table, dst: sa.Table, extra: Sequence[str] = ()) -> tuple[str, list[str]]:
+    """Both tables' rows as one list tagged with their side (1: source, 2: target), by the
+    shared key then the shared value columns: grouping it compares the tables in one
+    aggregation (an anti-join is a nested loop on the emulator). ``extra`` target columns
+    ride along (NULL on the source side)."""
+    shared = _shared_key(src, dst)
+    new_shards = {sc.name for sc in shard_columns(dst)}
+    values = [c for c in dst.c if c.name not in new_shards and c.name not in shared]
+    cols = [quote(n) for n in shared] + [
+        f"TO_JSON_STRING({quote(c.name)})" if isinstance(c.type, (sa.JSON, sa.ARRAY))
+        else quote(c.name)
+        for c in values
+    ]  # fmt: skip
+    names = [f"c{i}" for i in range(len(cols))]
+    picked = ", ".join(f"{c} AS {n}" for c, n in zip(cols, names, strict=True))
+    more_src = "".join(f", NULL AS x{i}" for i in range(len(extra)))
+    more_dst = "".join(f", {quote(n)} AS x{i}" for i, n in enumerate(extra))
+    sql = (
+        f"SELECT {picked}{more_src}, 1 AS side FROM {quote(src.name, 'table')} UNION ALL "
+        f"SELECT {picked}{more_dst}, 2 AS side FROM {quote(dst.name, 'table')}"
+    )
+    return sql, names[: len(shared)] + ["|"] + names[len(shared) :]
+
+
+def prune_target(bind: Any, source: Any, target: Any, *, call_timeout: float = 300.0) -> int:
     """Delete the rows of ``target`` whose shared key has no row in ``source``; returns how
     many. Only for a final pass, when nothing writes ``source`` any more."""
     src, dst = table_of(source), table_of(target)
-    shared = _shared_key(src, dst)
     key = list(dst.primary_key.columns)
-    on = sa.and_(*[src.c[n] == dst.c[n] for n in shared])
-    extra = sa.select(*key).where(~sa.exists().where(on)).limit(1000)
-    gone = 0
-    while True:
+    shared = _shared_key(src, dst)
+    rest = [c.name for c in key if c.name not in shared]
+    union, names = _union(src, dst, rest)
+    k = names[: names.index("|")]
+    sql = (
+        f"SELECT {', '.join(k)}{''.join(f', MAX(x{i})' for i in range(len(rest)))} "
+        f"FROM ({union}) GROUP BY {', '.join(k)} HAVING MIN(side) = 2"
+    )
+    with connect(bind) as conn:
+        found = [list(r) for r in _timed(conn, call_timeout).execute(sa.text(sql))]
+    order = shared + rest
+    stmt = sa.delete(dst).where(*[c == sa.bindparam(f"k_{c.key}") for c in key])
+    for i in range(0, len(found), 1000):
+        chunk = [dict(zip(order, r, strict=True)) for r in found[i : i + 1000]]
         with connect(bind) as conn, conn.begin():
-            conn = _timed(conn, call_timeout)
-            found = conn.execute(extra).all()
-            if found:
-                stmt = sa.delete(dst).where(*[c == sa.bindparam(f"k_{c.key}") for c in key])
-                conn.execute(stmt, [{f"k_{c.key}": v for c, v in zip(key, r, strict=True)}
-                                    for r in found])  # fmt: skip
-        gone += len(found)
-        if len(found) < 1000:
-            return gone
+            _timed(conn, call_timeout).execute(
+                stmt, [{f"k_{c.key}": r[c.name] for c in key} for r in chunk]
+            )
+    return len(found)
 
 
-def _same(a: str, b: str, column: sa.Column[Any]) -> str:
-    if isinstance(column.type, (sa.JSON, sa.ARRAY)):
-        a, b = f"TO_JSON_STRING({a})", f"TO_JSON_STRING({b})"
-    return f"({a} = {b} OR ({a} IS NULL AND {b} IS NULL))"
+def missing_rows_check_sql(source: Any, target: Any, message: str) -> str:
+    """A GoogleSQL query that fails with ``message`` while a row of ``source`` has no row
+    in ``target`` (for offline scripts: it stops a script applied without the copy)."""
+    src, dst = table_of(source), table_of(target)
+    on = " AND ".join(f"a.{quote(n)} = b.{quote(n)}" for n in _shared_key(src, dst))
+    text = "'" + message.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    return (
+        f"SELECT IF(COUNT(*) = 0, 0, ERROR({text})) FROM {quote(src.name, 'table')} a "
+        f"WHERE NOT EXISTS (SELECT 1 FROM {quote(dst.name, 'table')} b WHERE {on})"
+    )
 
 
 def compare_tables(
@@ -277,24 +312,21 @@ def compare_tables(
 ) -> dict[str, int]:
     """``{"missing_in_target": n, "missing_in_source": m, "different": d}``: rows of one
     table with no row of the same shared key in the other, and rows of both whose shared
-    columns differ (all 0: the tables hold the same rows)."""
+    columns differ (all 0: the tables hold the same rows). One scan of each table."""
     src, dst = table_of(source), table_of(target)
-    shared = _shared_key(src, dst)
-    on = " AND ".join(f"a.{quote(n)} = b.{quote(n)}" for n in shared)
-    new_shards = {sc.name for sc in shard_columns(dst)}
-    values = [c for c in dst.c if c.name not in new_shards and c.name not in shared]
-    differ = " AND ".join(_same(f"a.{quote(c.name)}", f"b.{quote(c.name)}", c) for c in values)
-    a_t, b_t = quote(src.name, "table"), quote(dst.name, "table")
-    queries = {
-        "missing_in_target": f"SELECT COUNT(*) FROM {a_t} a WHERE NOT EXISTS "
-        f"(SELECT 1 FROM {b_t} b WHERE {on})",
-        "missing_in_source": f"SELECT COUNT(*) FROM {b_t} b WHERE NOT EXISTS "
-        f"(SELECT 1 FROM {a_t} a WHERE {on})",
-        "different": f"SELECT COUNT(*) FROM {a_t} a JOIN {b_t} b ON {on} "
-        f"WHERE NOT ({differ or 'TRUE'})",
+    union, names = _union(src, dst)
+    k = names[: names.index("|")]
+    everything = ", ".join(n for n in names if n != "|")
+    sql = (
+        "SELECT COUNTIF(n = 1 AND side = 1), COUNTIF(n = 1 AND side = 2), COUNTIF(n > 1) "
+        f"FROM (SELECT COUNT(*) AS n, MIN(side) AS side FROM (SELECT {', '.join(k)}, "
+        f"MIN(side) AS side FROM ({union}) GROUP BY {everything} HAVING COUNT(*) = 1) "
+        f"GROUP BY {', '.join(k)})"
+    )
+    with connect(bind) as conn:
+        row = _timed(conn, call_timeout).execute(sa.text(sql)).one()
+    return {
+        "missing_in_target": int(row[0] or 0),
+        "missing_in_source": int(row[1] or 0),
+        "different": int(row[2] or 0),
     }
-    out = {}
-    for name, sql in queries.items():
-        with connect(bind) as conn:
-            out[name] = int(_timed(conn, call_timeout).execute(sa.text(sql)).scalar_one())
-    return out
