@@ -412,3 +412,7 @@ class ReplaceGeneratedColumnOp(ops.AlterTableOp):
 
     def to_diff_tuple(self) -> tuple[Any, ...]:
         return ("replace_generated_column", self.table_name, self.new.name)
+
+
+# the key reshard's ops (op.copy_table_rows, op.retire_table) register with these
+from . import key_reshard as _key_reshard  # noqa: E402,F401

@@ -133,6 +133,7 @@ __all__ = [
     "get_shard_column",
     "shard_column",
     "shard_columns",
+    "declare_successor",
     "watch",
 ]
 
@@ -142,3 +143,4 @@ from sharded_orm.spanner import expressions as _expressions  # noqa: E402,F401
 from sharded_orm.write import orm_events as _orm_events  # noqa: E402,F401
 from sharded_orm.write import session_events as _session_events  # noqa: E402,F401
 from sharded_orm.write.engine_hook import watch  # noqa: E402
+from sharded_orm.write.successor import declare_successor  # noqa: E402

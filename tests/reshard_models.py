@@ -1,9 +1,13 @@
-"""Models and helper processes of the end-to-end reshard tests (tests/test_reshard_e2e.py).
+"""Models and helper processes of the end-to-end reshard tests (tests/test_reshard_e2e.py,
+tests/test_key_reshard_e2e.py).
 
 Importable by the subprocesses those tests start: ``python reshard_models.py writer URL
 DIR`` writes rows with the OLD model (``Shard8`` only) until ``DIR/stop`` exists;
 ``python reshard_models.py upgrade URL SCRIPTS REV`` runs ``alembic upgrade`` with the
 model at REV, printing one line per backfill batch (the test kills it with SIGKILL).
+The key reshard's twins: ``events(stage)``, ``event-writer`` (inserts through the OLD
+``TimestampShardedMixin`` model, count 8, with the ORM) and ``key-upgrade`` (the expand
+with the model of both tables, one line per copy batch).
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from sharded_orm import ShardedIndex, shard_column
 
@@ -130,8 +135,105 @@ def upgrade(url: str, scripts: str, rev: str, metadata: sa.MetaData) -> None:
     print("done", flush=True)
 
 
+def events(stage: str) -> sa.MetaData:
+    """Events keyed ``(ShardId, Timestamp DESC, EventId)`` during an 8 -> 16 key reshard:
+    ``"old"`` (Events, 8 shards), ``"expand"`` (Events and its successor Events16, 16
+    shards, every write to both) or ``"contract"`` (Events16 only)."""
+    from sharded_orm import TimestampShardedMixin, declare_successor
+
+    class Base(DeclarativeBase):
+        pass
+
+    models = {}
+    if stage in ("old", "expand"):
+
+        class Event(TimestampShardedMixin, Base):
+            __tablename__ = "Events"
+            __shard_count__ = 8
+            kind: Mapped[str] = mapped_column("Kind", sa.String(40))
+
+        models["Event"] = Event
+    if stage in ("expand", "contract"):
+
+        class Event16(TimestampShardedMixin, Base):
+            __tablename__ = "Events16"
+            __shard_count__ = 16
+            kind: Mapped[str] = mapped_column("Kind", sa.String(40))
+
+        models["Event16"] = Event16
+    if stage == "expand":
+        declare_successor(models["Event"], models["Event16"])
+    Base.metadata.info["models"] = models
+    return Base.metadata
+
+
+def event_writer(url: str, out: Path) -> None:
+    """The OLD application: adds events through the ORM with the count-8 model only."""
+    import datetime as dt
+    import warnings
+
+    from sqlalchemy.orm import Session
+
+    warnings.simplefilter("ignore")
+    Event = events("old").info["models"]["Event"]
+    engine = sa.create_engine(url)
+    ok = failed = 0
+    errors: list[str] = []
+    i = 0
+    while not (out / "stop").exists():
+        i += 1
+        try:
+            with Session(engine) as session, session.begin():
+                ts = dt.datetime.fromtimestamp(T0 + i, dt.timezone.utc)
+                session.add(Event(timestamp=ts, event_id=f"old-{uuid.uuid4()}"[:36], kind="old"))
+            ok += 1
+        except Exception as exc:  # aborts, and "Table not found" once fenced
+            failed += 1
+            orig = getattr(exc, "orig", exc)
+            errors.append(str(orig.__cause__ or orig)[:200])
+        _publish(out, {"ok": ok, "failed": failed})
+        time.sleep(0.25)  # a few writes a second (see writer)
+    _publish(out, {"ok": ok, "failed": failed, "errors": errors})
+    engine.dispose()
+
+
+def key_upgrade(url: str, scripts: str, rev: str) -> None:
+    """``alembic upgrade REV`` with the expand's models, one stdout line per copy batch,
+    slowed so a test can kill it mid-copy."""
+    import io
+
+    from alembic import command
+    from alembic.config import Config
+
+    from alembic_ext.ops import PROGRESS_ATTRIBUTE
+
+    cfg = Config(output_buffer=io.StringIO(), stdout=io.StringIO())
+    cfg.set_main_option("script_location", scripts)
+    cfg.set_main_option("sqlalchemy.url", url)
+    cfg.attributes["target_metadata"] = events("expand")
+
+    def batch(p: Any) -> None:
+        print(f"batch {p.batches} copied {p.rows}", flush=True)
+        time.sleep(0.5)
+
+    cfg.attributes[PROGRESS_ATTRIBUTE] = batch
+    for _ in range(20):  # the emulator refuses DDL beside a transaction: run it again
+        try:
+            command.upgrade(cfg, rev)
+            break
+        except Exception as exc:
+            if "concurrent schema change operation" not in str(exc):
+                raise
+            time.sleep(0.2)
+    print("done", flush=True)
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "writer":
         writer(sys.argv[2], Path(sys.argv[3]))
+    elif sys.argv[1] == "event-writer":
+        event_writer(sys.argv[2], Path(sys.argv[3]))
+    elif sys.argv[1] == "key-upgrade":
+        key_upgrade(sys.argv[2], sys.argv[3], sys.argv[4])
     else:
         upgrade(sys.argv[2], sys.argv[3], sys.argv[4], logs())

@@ -57,6 +57,8 @@ from sharded_orm.progress import progress as progress_bar
 from sharded_orm.retry import Deadline, RetryPolicy
 from sharded_orm.schema.columns import table_of
 from sharded_orm.spanner import is_spanner
+from sharded_orm.write.successor import plan as mirror_plan
+from sharded_orm.write.successor import successor_of
 
 __all__ = ["BulkLoadError", "BulkLoadReport", "BulkValidationError", "bulk_load"]
 
@@ -170,7 +172,22 @@ def bulk_load(
 
         processors = mutations_module.bind_processors(cols, mutations_module.dialect_of(bind))
         key_order = mutations_module.key_order
-    prep = prepare_rows(table, rows, cols, processors, key_order)
+    # a key reshard's successor: written in the same commits (elsewhere the engine hook
+    # mirrors the Core inserts)
+    successor = successor_of(table) if on_spanner else None
+    filled: list[dict[str, Any]] = []
+    prep = prepare_rows(
+        table, rows, cols, processors, key_order,
+        on_row=filled.append if successor is not None else None,
+    )  # fmt: skip
+    also = None
+    if successor is not None:
+        mp = mirror_plan(table, successor)
+        cols2 = written_columns(successor, on_spanner)
+        processors2 = mutations_module.bind_processors(cols2, mutations_module.dialect_of(bind))
+        rows2 = [mp.new_row(r) for r in filled]
+        also = (successor.name, prepare_rows(successor, rows2, cols2, processors2, key_order))
+        del filled, rows2
     byte_limit = min(batch_bytes, MAX_COMMIT_BYTES)
     for pos, size in enumerate(prep.sizes):
         if size > byte_limit:
@@ -180,6 +197,9 @@ def bulk_load(
                 pos,
             )
     per_row = mutations_per_row(table, len(cols), skip_indexes=defer_indexes)
+    if also is not None:
+        assert successor is not None
+        per_row += mutations_per_row(successor, len(also[1].columns), skip_indexes=False)
     if per_row > MAX_MUTATIONS:
         raise ShardConfigError(
             f"one row of {table.name!r} is {per_row} mutations (columns + index cells), more "
@@ -197,7 +217,7 @@ def bulk_load(
         mode=_PROGRESS[progress],  # type: ignore[arg-type]
     ) as bar:
         job = Job(table, prep, batches, by_worker, mode, policy, Deadline(deadline), report,
-                  bar.advance)  # fmt: skip
+                  bar.advance, successor=also)  # fmt: skip
         try:
             if defer_indexes:
                 drop_indexes(engine, table, report)

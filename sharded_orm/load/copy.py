@@ -2,21 +2,32 @@
 
 A shard column in the primary key (``TimestampShardedMixin``'s ``ShardId``) cannot be
 backfilled: Spanner cannot change a key. The way is a new table declared with the new
-layout (docs/migrations.md, "Resharding a key"), and:
+layout (docs/migrations.md, "Resharding a key"), written beside the old one
+(``declare_successor``), and:
 
 * :func:`copy_table`: every row of the old table written into the new one, its shard
   columns computed by the new model's spec. One walk of the old key in its stored order
   (DESC parts included) with a key cursor, up to the last key found when it began; each
   batch one ``insert_or_update`` commit (idempotent: run it again after any stop, or to
-  pick up rows written since), with a timeout per RPC under :mod:`sharded_orm.retry`.
-* :func:`compare_tables`: the rows of each table missing from the other, matched on
-  the key columns both tables share (every key part but the shard), counted by Spanner.
+  pick up rows written since), every read and commit with a timeout, retried under
+  :mod:`sharded_orm.retry`. With ``cursor_table`` the cursor is saved in the same commit
+  as each batch, so a run stopped anywhere (even by ``kill -9``) resumes after the last
+  committed batch. ``prune=True`` then deletes the new table's rows that have no row in
+  the old one (rows old code deleted after they were copied): for a final pass, once
+  nothing writes the old table.
+* :func:`compare_tables`: row for row, matched on the key columns both tables share
+  (every key part but the shard): rows missing on either side and rows whose shared
+  columns differ, counted by Spanner.
 """
 
 from __future__ import annotations
 
+import base64
+import datetime as dt
 import functools
+import json
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,8 +40,21 @@ from sharded_orm.read.order import after_condition, at_or_before_condition
 from sharded_orm.retry import Deadline, RetryPolicy, retry_call
 from sharded_orm.schema.columns import shard_columns, table_of
 from sharded_orm.schema.keys import is_descending
+from sharded_orm.write.successor import plan
 
-__all__ = ["CopyResult", "compare_tables", "copy_table"]
+__all__ = [
+    "CURSOR_COLUMNS",
+    "CopyProgress",
+    "CopyResult",
+    "compare_tables",
+    "copy_table",
+    "cursor_table_ddl",
+    "missing_rows_check_sql",
+    "prune_target",
+]
+
+#: columns of a ``cursor_table`` (all ``STRING(MAX)``, key ``(Source, Target)``)
+CURSOR_COLUMNS = ("Source", "Target", "Cursor")
 
 
 @dataclass(frozen=True)
@@ -40,18 +64,65 @@ class CopyResult:
     rows: int
     batches: int
     seconds: float
+    pruned: int = 0
+    resumed: bool = False
 
 
-def _plan(source: sa.Table, target: sa.Table) -> tuple[list[str], list[Any]]:
-    shards = {sc.name: sc for sc in shard_columns(target)}
-    missing = [c.name for c in target.c if c.name not in shards and c.name not in source.c]
-    if missing:
-        raise ShardConfigError(
-            f"{target.name} has columns {missing} that {source.name} lacks: copy_table copies "
-            "the columns both tables have and computes the new shard columns"
-        )
-    copied = [c.name for c in target.c if c.name not in shards]
-    return copied, list(shards.values())
+@dataclass(frozen=True)
+class CopyProgress:
+    """Given to ``on_batch`` after each committed batch: totals of this run, and the old
+    key of the batch's last row (the cursor a re-run resumes after)."""
+
+    rows: int
+    batches: int
+    after: tuple[Any, ...]
+
+
+def cursor_table_ddl(name: str) -> str:
+    """The GoogleSQL ``CREATE TABLE IF NOT EXISTS`` of a ``cursor_table``."""
+    s, t, c = (quote(n) for n in CURSOR_COLUMNS)
+    return (
+        f"CREATE TABLE IF NOT EXISTS {quote(name, 'table')} ({s} STRING(MAX) NOT NULL, "
+        f"{t} STRING(MAX) NOT NULL, {c} STRING(MAX)) PRIMARY KEY ({s}, {t})"
+    )
+
+
+def _encode(values: Sequence[Any]) -> str:
+    out: list[Any] = []
+    for v in values:
+        if isinstance(v, dt.datetime):
+            out.append(["ts", v.isoformat()])
+        elif isinstance(v, bytes):
+            out.append(["b", base64.b64encode(v).decode()])
+        elif v is None or isinstance(v, (bool, int, float, str)):
+            out.append(["v", v])
+        else:
+            raise ShardConfigError(f"cannot save a key cursor holding {type(v).__name__}")
+    return json.dumps(out)
+
+
+def _decode(text: str) -> list[Any]:
+    out: list[Any] = []
+    for kind, v in json.loads(text):
+        if kind == "ts":
+            out.append(dt.datetime.fromisoformat(v))
+        elif kind == "b":
+            out.append(base64.b64decode(v))
+        else:
+            out.append(v)
+    return out
+
+
+def _timed(conn: Any, seconds: float) -> Any:
+    return conn.execution_options(timeout=seconds)
+
+
+def _saved_cursor(bind: Any, table: str, src: str, dst: str, seconds: float) -> list[Any] | None:
+    t = sa.table(table, *[sa.column(c) for c in CURSOR_COLUMNS])
+    stmt = sa.select(t.c.Cursor).where(t.c.Source == src, t.c.Target == dst)
+    with connect(bind) as conn:
+        text = _timed(conn, seconds).execute(stmt).scalar()
+    return None if text is None else _decode(text)
 
 
 def copy_table(
@@ -63,46 +134,61 @@ def copy_table(
     deadline: float | None = None,
     call_timeout: float = 60.0,
     progress_mode: Any = "auto",
+    on_batch: Callable[[CopyProgress], None] | None = None,
+    cursor_table: str | None = None,
+    prune: bool = False,
 ) -> CopyResult:
     """Copy every row of ``source`` (a model or Table: the old layout) into ``target`` (the
-    new model), its shard columns computed; resumable and idempotent (see the module)."""
+    new model), its shard columns computed; resumable and idempotent (see the module).
+
+    ``on_batch`` is called after each committed batch; ``cursor_table`` (made by
+    :func:`cursor_table_ddl`) keeps the cursor between runs; ``deadline`` bounds the whole
+    call and ``call_timeout`` each read and commit."""
     from sharded_orm.spanner.mutations import RawSpanner, database_of
 
     src, dst = table_of(source), table_of(target)
-    copied, shards = _plan(src, dst)
+    mp = plan(src, dst)
+    copied = [src.c[o].name for o, _ in mp.copied]
     key = [(src.c[c.name], is_descending(c)) for c in src.primary_key.columns]
-    # the old key's own shard is read for the cursor only
     read_cols = [src.c[n] for n in copied] + [c for c, _ in key if c.name not in copied]
-    columns = copied + [sc.name for sc in shards]
     at = {c.name: i for i, c in enumerate(read_cols)}
-    source_at = [[at[c.name] for c in sc.sources] for sc in shards]
+    shards = [sc for sc in mp.shards if not sc.server_side]
+    columns = [dst.c[mp.copied[i][1]].name for i in range(len(copied))] + [sc.name for sc in shards]
+    source_at = [[at[src.c[k].name] for k in sc.source_keys] for sc in shards]
     key_at = [at[c.name] for c, _ in key]
     encoders = [
         src.c[n].type.dialect_impl(bind.dialect).bind_processor(bind.dialect) for n in copied
     ]
     policy = RetryPolicy(call_timeout=call_timeout, deadline=deadline)
     clock = Deadline(deadline)
-    raw = RawSpanner(database_of(bind), per_thread=False)
     what = f"copy of {src.name} into {dst.name}"
     resume = f"Run copy_table again: it rewrites what it copied and goes on ({dst.name})."
+
+    def read(stmt: Any, why: str) -> list[Any]:
+        def attempt(timeout: float) -> list[Any]:
+            with connect(bind) as conn:
+                return [list(r) for r in _timed(conn, timeout).execute(stmt)]
+
+        return retry_call(attempt, policy, what=f"{what}: {why}", idempotent=True,
+                          resume=resume, deadline=clock)  # fmt: skip
+
     start = time.monotonic()
     order = [c.desc() if d else c.asc() for c, d in key]
-    with connect(bind) as conn:
-        last = conn.execute(
-            sa.select(*[c for c, _ in key])
-            .order_by(*[c.asc() if d else c.desc() for c, d in key])
-            .limit(1)
-        ).first()
+    newest = sa.select(*[c for c, _ in key]).order_by(*[c.asc() if d else c.desc() for c, d in key])
+    last = read(newest.limit(1), "reading the last key")
+    after = None
+    if cursor_table is not None:
+        after = _saved_cursor(bind, cursor_table, src.name, dst.name, call_timeout)
+    resumed = after is not None
     rows = batches = 0
-    after: list[Any] | None = None
+    raw = RawSpanner(database_of(bind), per_thread=False)
     try:
         with progress(None, f"copy {src.name} -> {dst.name}", mode=progress_mode) as bar:
-            while last is not None:
-                stmt = sa.select(*read_cols).where(at_or_before_condition(key, list(last)))
+            while last:
+                stmt = sa.select(*read_cols).where(at_or_before_condition(key, last[0]))
                 if after is not None:
                     stmt = stmt.where(after_condition(key, after))
-                with connect(bind) as conn:
-                    found = [list(r) for r in conn.execute(stmt.order_by(*order).limit(batch_size))]
+                found = read(stmt.order_by(*order).limit(batch_size), f"after {rows} rows")
                 if not found:
                     break
                 values = []
@@ -114,9 +200,15 @@ def copy_table(
                     mine = r[: len(copied)]
                     cells = [p(v) if p else v for p, v in zip(encoders, mine, strict=True)]
                     values.append(cells + shard_values)
+                after = [found[-1][i] for i in key_at]
+                also = []
+                if cursor_table is not None:  # saved in the batch's own commit
+                    also.append((cursor_table, CURSOR_COLUMNS,
+                                 [[src.name, dst.name, _encode(after)]]))  # fmt: skip
                 retry_call(
                     functools.partial(
-                        raw.commit_mutations, dst.name, columns, values, "insert_or_update"
+                        raw.commit_mutations, dst.name, columns, values, "insert_or_update",
+                        also=also,
                     ),
                     policy, what=f"{what} (after {rows} rows)", idempotent=True,
                     resume=resume, deadline=clock,
@@ -124,33 +216,117 @@ def copy_table(
                 rows += len(found)
                 batches += 1
                 bar.advance(len(found))
-                after = [found[-1][i] for i in key_at]
+                if on_batch is not None:
+                    on_batch(CopyProgress(rows, batches, tuple(after)))
                 if len(found) < batch_size:
                     break
+        pruned = prune_target(bind, src, dst, call_timeout=call_timeout) if prune else 0
+        if cursor_table is not None:  # a complete walk: the next run walks it all again
+            t = sa.table(cursor_table, *[sa.column(c) for c in CURSOR_COLUMNS])
+            with connect(bind) as conn, conn.begin():
+                _timed(conn, call_timeout).execute(
+                    sa.delete(t).where(t.c.Source == src.name, t.c.Target == dst.name)
+                )
     finally:
         raw.close()
-    return CopyResult(src.name, dst.name, rows, batches, time.monotonic() - start)
+    return CopyResult(src.name, dst.name, rows, batches, time.monotonic() - start, pruned, resumed)
 
 
-def compare_tables(bind: Any, source: Any, target: Any) -> dict[str, int]:
-    """``{"missing_in_target": n, "missing_in_source": m}``: rows of one table with no row
-    of the same shared key in the other (0 and 0: the copy is complete)."""
-    src, dst = table_of(source), table_of(target)
+def _shared_key(src: sa.Table, dst: sa.Table) -> list[str]:
+    new_shards = {sc.name for sc in shard_columns(dst)}
     shared = [
         c.name
         for c in src.primary_key.columns
-        if c.name in dst.c and dst.c[c.name].primary_key
+        if c.name in dst.c and dst.c[c.name].primary_key and c.name not in new_shards
         and c.name not in {sc.name for sc in shard_columns(src)}
     ]  # fmt: skip
     if not shared:
         raise ShardConfigError(f"{src.name} and {dst.name} share no key column to match on")
-    on = " AND ".join(f"a.{quote(n)} = b.{quote(n)}" for n in shared)
-    out = {}
-    for name, a, b in (("missing_in_target", src, dst), ("missing_in_source", dst, src)):
-        sql = (
-            f"SELECT COUNT(*) FROM {quote(a.name, 'table')} a WHERE NOT EXISTS "
-            f"(SELECT 1 FROM {quote(b.name, 'table')} b WHERE {on})"
-        )
-        with connect(bind) as conn:
-            out[name] = int(conn.execute(sa.text(sql)).scalar_one())
-    return out
+    return shared
+
+
+def _union(src: sa.Table, dst: sa.Table, extra: Sequence[str] = ()) -> tuple[str, list[str]]:
+    """Both tables' rows as one list tagged with their side (1: source, 2: target), by the
+    shared key then the shared value columns: grouping it compares the tables in one
+    aggregation (an anti-join is a nested loop on the emulator). ``extra`` target columns
+    ride along (NULL on the source side)."""
+    shared = _shared_key(src, dst)
+    new_shards = {sc.name for sc in shard_columns(dst)}
+    values = [c for c in dst.c if c.name not in new_shards and c.name not in shared]
+    cols = [quote(n) for n in shared] + [
+        f"TO_JSON_STRING({quote(c.name)})" if isinstance(c.type, (sa.JSON, sa.ARRAY))
+        else quote(c.name)
+        for c in values
+    ]  # fmt: skip
+    names = [f"c{i}" for i in range(len(cols))]
+    picked = ", ".join(f"{c} AS {n}" for c, n in zip(cols, names, strict=True))
+    more_src = "".join(f", NULL AS x{i}" for i in range(len(extra)))
+    more_dst = "".join(f", {quote(n)} AS x{i}" for i, n in enumerate(extra))
+    sql = (
+        f"SELECT {picked}{more_src}, 1 AS side FROM {quote(src.name, 'table')} UNION ALL "
+        f"SELECT {picked}{more_dst}, 2 AS side FROM {quote(dst.name, 'table')}"
+    )
+    return sql, names[: len(shared)] + ["|"] + names[len(shared) :]
+
+
+def prune_target(bind: Any, source: Any, target: Any, *, call_timeout: float = 300.0) -> int:
+    """Delete the rows of ``target`` whose shared key has no row in ``source``; returns how
+    many. Only for a final pass, when nothing writes ``source`` any more."""
+    src, dst = table_of(source), table_of(target)
+    key = list(dst.primary_key.columns)
+    shared = _shared_key(src, dst)
+    rest = [c.name for c in key if c.name not in shared]
+    union, names = _union(src, dst, rest)
+    k = names[: names.index("|")]
+    sql = (
+        f"SELECT {', '.join(k)}{''.join(f', MAX(x{i})' for i in range(len(rest)))} "
+        f"FROM ({union}) GROUP BY {', '.join(k)} HAVING MIN(side) = 2"
+    )
+    with connect(bind) as conn:
+        found = [list(r) for r in _timed(conn, call_timeout).execute(sa.text(sql))]
+    order = shared + rest
+    stmt = sa.delete(dst).where(*[c == sa.bindparam(f"k_{c.key}") for c in key])
+    for i in range(0, len(found), 1000):
+        chunk = [dict(zip(order, r, strict=True)) for r in found[i : i + 1000]]
+        with connect(bind) as conn, conn.begin():
+            _timed(conn, call_timeout).execute(
+                stmt, [{f"k_{c.key}": r[c.name] for c in key} for r in chunk]
+            )
+    return len(found)
+
+
+def missing_rows_check_sql(source: Any, target: Any, message: str) -> str:
+    """A GoogleSQL query that fails with ``message`` while a row of ``source`` has no row
+    in ``target`` (for offline scripts: it stops a script applied without the copy)."""
+    src, dst = table_of(source), table_of(target)
+    on = " AND ".join(f"a.{quote(n)} = b.{quote(n)}" for n in _shared_key(src, dst))
+    text = "'" + message.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    return (
+        f"SELECT IF(COUNT(*) = 0, 0, ERROR({text})) FROM {quote(src.name, 'table')} a "
+        f"WHERE NOT EXISTS (SELECT 1 FROM {quote(dst.name, 'table')} b WHERE {on})"
+    )
+
+
+def compare_tables(
+    bind: Any, source: Any, target: Any, *, call_timeout: float = 300.0
+) -> dict[str, int]:
+    """``{"missing_in_target": n, "missing_in_source": m, "different": d}``: rows of one
+    table with no row of the same shared key in the other, and rows of both whose shared
+    columns differ (all 0: the tables hold the same rows). One scan of each table."""
+    src, dst = table_of(source), table_of(target)
+    union, names = _union(src, dst)
+    k = names[: names.index("|")]
+    everything = ", ".join(n for n in names if n != "|")
+    sql = (
+        "SELECT COUNTIF(n = 1 AND side = 1), COUNTIF(n = 1 AND side = 2), COUNTIF(n > 1) "
+        f"FROM (SELECT COUNT(*) AS n, MIN(side) AS side FROM (SELECT {', '.join(k)}, "
+        f"MIN(side) AS side FROM ({union}) GROUP BY {everything} HAVING COUNT(*) = 1) "
+        f"GROUP BY {', '.join(k)})"
+    )
+    with connect(bind) as conn:
+        row = _timed(conn, call_timeout).execute(sa.text(sql)).one()
+    return {
+        "missing_in_target": int(row[0] or 0),
+        "missing_in_source": int(row[1] or 0),
+        "different": int(row[2] or 0),
+    }

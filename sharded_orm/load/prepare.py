@@ -13,7 +13,7 @@ import enum
 import json
 import random
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
@@ -272,8 +272,12 @@ def prepare_rows(
     cols: list[sa.Column[Any]],
     processors: list[Any] | None,
     key_order: Any,
+    on_row: Callable[[dict[str, Any]], None] | None = None,
 ) -> Prepared:
     """Fill defaults, ids and shards, check every value, convert for the wire.
+
+    ``on_row`` sees each row filled (by column key), before conversion: a successor
+    table's rows are made from it (``sharded_orm.write.successor``).
 
     ``processors`` are the columns' bind processors (on Spanner: the mutation API runs
     none of SQLAlchemy's) and ``key_order`` maps a bound key value to its stored order;
@@ -294,9 +298,12 @@ def prepare_rows(
         if not isinstance(raw, Mapping):
             raise BulkValidationError(f"rows are mappings of column to value, got {raw!r}", pos)
         try:
-            values = checker.values(checker.keyed(raw.items()))
+            filled = checker.keyed(raw.items())
+            values = checker.values(filled)
         except RowProblem as exc:
             raise BulkValidationError(str(exc), pos) from None
+        if on_row is not None:
+            on_row(filled)
         key = tuple(key_order(values[i]) if key_order else values[i] for i in pk_index)
         first = seen.setdefault(key, pos)
         if first != pos:

@@ -104,6 +104,9 @@ class Job:
     deadline: Deadline
     report: BulkLoadReport
     advance: Callable[[int], None]
+    #: a key reshard's successor table (name, prepared rows in the same positions): each
+    #: commit writes its rows there too (``insert_or_update``), atomically
+    successor: tuple[str, Prepared] | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def done(self, b: int) -> None:
@@ -143,9 +146,13 @@ def load_spanner(mutations: Any, database: Any, job: Job) -> None:
     def commit(b: int) -> None:
         values = [job.prep.rows[p] for p in job.batches[b]]
         op = [job.mode]
+        also = []
+        if job.successor is not None:
+            name, prep = job.successor
+            also.append((name, prep.columns, [prep.rows[p] for p in job.batches[b]]))
 
         def attempt(timeout: float) -> None:
-            raw.commit_mutations(table, job.prep.columns, values, op[0], timeout)
+            raw.commit_mutations(table, job.prep.columns, values, op[0], timeout, also=also)
 
         def on_retry(exc: BaseException, outcome: Outcome) -> None:
             if outcome is Outcome.UNKNOWN:

@@ -125,9 +125,16 @@ class RawSpanner:
             raise
 
     def commit_mutations(
-        self, table: str, columns: Sequence[str], values: list[Any], mode: str, timeout: float
+        self,
+        table: str,
+        columns: Sequence[str],
+        values: list[Any],
+        mode: str,
+        timeout: float,
+        also: Sequence[tuple[str, Sequence[str], list[Any]]] = (),
     ) -> None:
-        """One single-use commit writing ``values`` with ``insert`` or ``insert_or_update``."""
+        """One single-use commit writing ``values`` with ``insert`` or ``insert_or_update``,
+        and ``also`` (table, columns, values) with ``insert_or_update`` in the same commit."""
         from google.cloud.spanner_v1 import CommitRequest, TransactionOptions
         from google.cloud.spanner_v1.batch import Batch
 
@@ -135,6 +142,10 @@ class RawSpanner:
         # retries) is never called: we send its mutations ourselves
         collector = Batch(self.database.session())  # type: ignore[no-untyped-call]
         getattr(collector, mode)(table, columns=list(columns), values=values)
+        for other, other_columns, other_values in also:
+            collector.insert_or_update(  # type: ignore[no-untyped-call]
+                other, columns=list(other_columns), values=other_values
+            )
         deadline = time.monotonic() + timeout
         with self._session_checked():
             request = CommitRequest(

@@ -37,6 +37,7 @@ from sqlalchemy.sql.elements import ClauseElement, TextClause
 from sharded_orm.errors import ShardConfigError, ShardingWarning, ShardTypeError
 from sharded_orm.schema.registry import cascade_targets, set_engine_watcher, sharded_names
 from sharded_orm.spanner import is_spanner
+from sharded_orm.write import successor
 from sharded_orm.write.rows import Fetch, RowShards, fast_insert_rows, resendable
 from sharded_orm.write.sql import (
     MISSING,
@@ -278,6 +279,7 @@ def watch(engine: Engine | Connection) -> Engine:
     event.listen(root, "before_cursor_execute", _before_cursor_execute)
     for name in ("commit", "rollback", "rollback_savepoint"):
         event.listen(root, name, forget)  # no filled rows outlive their transaction
+    successor.listen(root)  # key reshards: writes reach a declared successor table too
     return root
 
 
