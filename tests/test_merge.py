@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import math
 import random
 from collections.abc import Iterator
 from typing import Any
@@ -268,3 +269,54 @@ def test_many_shards_on_the_emulator(spanner_engine: sa.Engine) -> None:
         got = merged(c, sharded_select(Ev64, index="ev64_by_ts"), 64, stats=stats)
     assert [tuple(r) for r in got] == [tuple(r) for r in truth]
     assert stats.statements <= 2 and stats.rows_transferred <= 2 * 64
+
+
+class FloatEv(B):
+    __tablename__ = "float_ev"
+    id: Mapped[int] = mapped_column(primary_key=True, autoincrement=False)
+    score: Mapped[float | None] = mapped_column(sa.Float)
+    s: Mapped[int] = shard_column("id", count=4)
+    __table_args__ = (
+        ShardedIndex("float_ev_up", "score", shard="s"),
+        ShardedIndex("float_ev_down", sa.desc("score"), shard="s"),
+    )
+
+
+@pytest.mark.emulator
+def test_nan_orders_as_spanner_orders_it(spanner_engine: sa.Engine) -> None:
+    """Issue 21 item 3: Spanner orders NULL, then NaN, then the numbers; NaN compares false
+    with everything. Bounds and cursors that land on NaN (or NULL, or an infinity) must
+    still give the unsharded order: the conditions tell NaN with IS_NAN, in SQL."""
+    FloatEv.__table__.create(spanner_engine)
+    rng = random.Random(11)
+    values = [None, math.nan, -math.inf, math.inf, 0.0, 1.5, -2.0]
+    with spanner_engine.begin() as c:
+        c.execute(
+            FloatEv.__table__.insert(),
+            [{"id": i, "score": rng.choice(values)} for i in range(60)],
+        )
+    t = FloatEv.__table__
+    for index, desc in (("float_ev_up", False), ("float_ev_down", True)):
+        key = t.c.score.desc() if desc else t.c.score
+        with spanner_engine.connect() as c:
+            truth = [r.id for r in c.execute(sa.select(t).order_by(key, t.c.id))]
+            scores = {r.id: r.score for r in c.execute(sa.select(t))}
+            order = [scores[i] for i in truth]
+            nulls = order.count(None)
+            nans = [i for i, v in enumerate(order) if v is not None and math.isnan(v)]
+            # Spanner's own order: NULL first, then NaN (reversed for DESC)
+            if desc:
+                assert order[-nulls:] == [None] * nulls and nans[-1] == len(order) - nulls - 1
+            else:
+                assert order[:nulls] == [None] * nulls and nans[0] == nulls
+            stmt = sharded_select(FloatEv, index=index)
+            for k in (5, 17, 40):
+                assert [r.id for r in merged(c, stmt, k)] == truth[:k], (index, k)
+            for size in (3, 7):
+                walked, cursor = [], None
+                while True:
+                    p = page(c, stmt, size, cursor)
+                    walked += [r.id for r in p.rows]
+                    if (cursor := p.next_cursor) is None:
+                        break
+                assert walked == truth, (index, size)

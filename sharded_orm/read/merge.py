@@ -108,7 +108,10 @@ def plan_rounds(
     if single_statement(len(shards), want):
         return Plan(dict.fromkeys(shards, want))
     keys_wanted = want + pages * step
-    b = math.ceil(keys_wanted / len(shards))
+    # each shard sends K/N keys more than its share: then a shard rarely holds more of
+    # the answer than round 1 saw of it, and round 2 reads about K rows; round 1 reads at
+    # most N*ceil(K/N) + K index entries
+    b = math.ceil(keys_wanted / len(shards)) + want // len(shards)
     rows = query.bound(shards, after, b, keys_wanted, stats)
     upper = list(rows[want - 1][:-1]) if len(rows) >= want else None
     count, last, full = _full(rows, min(want, len(rows)) - 1, b)

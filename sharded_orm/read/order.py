@@ -12,55 +12,21 @@ an ordering column is nullable.
 
 from __future__ import annotations
 
-import datetime as dt
+import math
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Boolean, and_, false, literal, or_, true
+from sqlalchemy import Boolean, Float, and_, false, literal, or_, true
+from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql import operators
-from sqlalchemy.sql.elements import Label, UnaryExpression
+from sqlalchemy.sql.elements import ColumnElement, Label, UnaryExpression
 from sqlalchemy.sql.selectable import Join
+from sqlalchemy.sql.visitors import InternalTraversal
 
 from sharded_orm.errors import ShardConfigError, UnsupportedOnDialectError
 from sharded_orm.read.plan import ShardPlan, ShardPredicate, plan_of
 
 _NULLS_HIGH = frozenset({"postgresql", "oracle"})
-
-
-class _Desc:
-    """Inverts the order of a value inside a sort key."""
-
-    __slots__ = ("v",)
-
-    def __init__(self, v: Any) -> None:
-        self.v = v
-
-    def __lt__(self, other: _Desc) -> bool:
-        return bool(other.v < self.v)
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, _Desc) and bool(self.v == other.v)
-
-    def __hash__(self) -> int:
-        return hash(self.v)
-
-
-def _ascending(v: Any) -> tuple[Any, ...]:
-    """A value as the database orders it: NULL first, then by value."""
-    if v is None:
-        return (0,)
-    if isinstance(v, dt.datetime):
-        # Spanner timestamps carry nanoseconds that datetime comparison ignores
-        return (1, v, getattr(v, "nanosecond", 0))
-    return (1, v)
-
-
-def sort_key(columns: Sequence[tuple[Any, bool]], values: Sequence[Any]) -> tuple[Any, ...]:
-    """A Python key that orders ``values`` the way the database orders ``columns``."""
-    return tuple(
-        _Desc(_ascending(v)) if desc else _ascending(v)
-        for (_, desc), v in zip(columns, values, strict=True)
-    )
 
 
 def plain(expr: Any) -> Any:
@@ -178,25 +144,68 @@ def _is_null(v: Any) -> Any:
     return literal(v is None, Boolean())
 
 
+class IsNan(ColumnElement[bool]):
+    """``IS_NAN(col)`` on Spanner, which orders NaN after NULL and before every number;
+    FALSE elsewhere (SQLite stores a NaN as NULL)."""
+
+    __visit_name__ = "sharded_orm_is_nan"
+    inherit_cache = True
+    _is_implicitly_boolean = True
+    _traverse_internals = [("col", InternalTraversal.dp_clauseelement)]
+    type = Boolean()
+
+    def __init__(self, col: Any) -> None:
+        self.col = col
+
+
+@compiles(IsNan)
+def _compile_is_nan(element: IsNan, compiler: Any, **kw: Any) -> str:
+    if str(compiler.dialect.name).startswith("spanner"):
+        return f"IS_NAN({compiler.process(element.col, **kw)})"
+    return str(compiler.process(false(), **kw))
+
+
+def _floating(col: Any) -> bool:
+    affinity = getattr(getattr(col, "type", None), "_type_affinity", None)
+    return isinstance(affinity, type) and issubclass(affinity, Float)
+
+
+def _is_nan(v: Any) -> Any:
+    return literal(isinstance(v, float) and math.isnan(v), Boolean())
+
+
 # For a nullable column the conditions take whether the value is NULL as a bound flag,
-# so the statement has one shape whether a cursor's value is NULL or not.
+# and for a float column whether it is NaN, so the statement has one shape whatever the
+# cursor's values. The database's order, NULL < NaN < every number ascending (Spanner), is
+# written out in SQL: no value is compared in Python, and NaN, which compares false with
+# everything, is told by IS_NAN.
 
 
 def _after_one(col: Any, desc: bool, v: Any) -> Any:
-    """Strictly after ``v`` in ``col``'s direction (NULL is smallest)."""
+    """Strictly after ``v`` in ``col``'s direction (NULL is smallest, then NaN)."""
     p = _bound(col, v)
-    if not _nullable(col):
-        return col < p if desc else col > p
-    if not desc:
-        return or_(col > p, and_(_is_null(v), col.is_not(None)))
-    return or_(col < p, and_(col.is_(None), ~_is_null(v)))
+    terms = [col < p if desc else col > p]
+    nullable = _nullable(col)
+    if nullable:
+        terms.append(
+            and_(col.is_(None), ~_is_null(v)) if desc else and_(_is_null(v), col.is_not(None))
+        )
+    if _floating(col):
+        if desc:  # NaN follows every number: after v unless v is NaN or NULL
+            terms.append(and_(IsNan(col), ~_is_nan(v), ~_is_null(v)))
+        else:  # after NaN: every number
+            terms.append(and_(_is_nan(v), ~IsNan(col)))
+    return terms[0] if len(terms) == 1 else or_(*terms)
 
 
 def _equal(col: Any, v: Any) -> Any:
     p = _bound(col, v)
-    if not _nullable(col):
-        return col == p
-    return or_(col == p, and_(col.is_(None), _is_null(v)))
+    terms = [col == p]
+    if _nullable(col):
+        terms.append(and_(col.is_(None), _is_null(v)))
+    if _floating(col):
+        terms.append(and_(IsNan(col), _is_nan(v)))
+    return terms[0] if len(terms) == 1 else or_(*terms)
 
 
 def after_condition(columns: Sequence[tuple[Any, bool]], values: Sequence[Any]) -> Any:
@@ -209,13 +218,17 @@ def after_condition(columns: Sequence[tuple[Any, bool]], values: Sequence[Any]) 
 
 
 def _at_or_before_one(col: Any, desc: bool, v: Any) -> Any:
-    """At or before ``v`` in ``col``'s direction (NULL is smallest)."""
+    """At or before ``v`` in ``col``'s direction (NULL is smallest, then NaN)."""
     p = _bound(col, v)
-    if not _nullable(col):
-        return col >= p if desc else col <= p
-    if desc:
-        return or_(col >= p, _is_null(v))
-    return or_(col <= p, col.is_(None))
+    terms = [col >= p if desc else col <= p]
+    if _nullable(col):
+        terms.append(_is_null(v) if desc else col.is_(None))
+    if _floating(col):
+        if desc:  # at or before NaN: every row but NULL
+            terms.append(and_(_is_nan(v), col.is_not(None)))
+        else:  # NaN precedes every number
+            terms.append(and_(IsNan(col), ~_is_null(v)))
+    return terms[0] if len(terms) == 1 else or_(*terms)
 
 
 def at_or_before_condition(columns: Sequence[tuple[Any, bool]], values: Sequence[Any]) -> Any:
