@@ -50,6 +50,7 @@ from .backfill_walk import BackfillProgress, BackfillResult, ProgressCallback, W
 from .markers import find_marker, spec_digest
 
 __all__ = [
+    "DEADLINE_ATTRIBUTE",
     "ENGINES",
     "BackfillIncomplete",
     "BackfillProgress",
@@ -58,6 +59,10 @@ __all__ = [
     "check_backfill_args",
     "run",
 ]
+
+#: ``alembic.config.Config.attributes`` key: seconds for each ``op.backfill_shard`` of a
+#: migration (None, the default: each batch and statement is still bounded).
+DEADLINE_ATTRIBUTE = "sharded_orm.backfill_deadline"
 
 #: What ``engine=`` accepts.
 ENGINES = ("auto", "client", "partitioned_dml", "external")

@@ -28,7 +28,7 @@ from sharded_orm.checks import check_identifier
 from sharded_orm.errors import ShardConfigError
 from sharded_orm.hashing import shard_function
 
-from .backfill import ENGINES, check_backfill_args
+from .backfill import DEADLINE_ATTRIBUTE, ENGINES, check_backfill_args
 from .errors import MigrationError
 from .markers import Marker
 
@@ -178,6 +178,7 @@ def _run_backfill(operations: Operations, op: BackfillShardOp) -> None:
             progress=progress,
             engine=op.engine,
             require_complete=contract,
+            deadline=attrs.get(DEADLINE_ATTRIBUTE),
         )
 
 

@@ -24,6 +24,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from alembic_ext import backfill_shard, reflection
+from alembic_ext.backfill import DEADLINE_ATTRIBUTE
 from alembic_ext.backfill_io import Plan, SpannerWriter, batch_uppers
 from alembic_ext.backfill_walk import Walk
 from alembic_ext.commit import COMMIT_TIMEOUT_ATTRIBUTE
@@ -266,6 +267,43 @@ def test_silent_server_at_the_commit_before_a_schema_change_ends_in_time(
     with direct.connect() as c:
         assert c.exec_driver_sql("SELECT COUNT(*) FROM alembic_version").scalar_one() == 0
     proj.upgrade(**{PROGRESS_ATTRIBUTE: None})
+    with direct.connect() as c:
+        assert c.exec_driver_sql("SELECT version_num FROM alembic_version").scalar_one() == head
+    _check_all(direct, 1000)
+    direct.dispose()
+
+
+def test_silent_server_mid_backfill_in_alembic_upgrade_ends_within_its_deadline(
+    tmp_path: Path, spanner_emulator: Any, spanner_faults: Any, monkeypatch: Any
+) -> None:
+    """``alembic upgrade`` with ``config.attributes['sharded_orm.backfill_deadline']``: a
+    server gone silent mid-backfill ends the upgrade in time, saying how to resume; the
+    re-run completes it."""
+    db = spanner_emulator.create_database()
+    _table(spanner_emulator.database(db), 1000)
+    proxy = spanner_faults
+    proj = Project(tmp_path, spanner_emulator.url(db))
+    monkeypatch.setenv("SPANNER_EMULATOR_HOST", proxy.host)
+    proj.cfg.attributes["target_metadata"] = None
+    head = _revision(proj, "backfill", """
+        op.backfill_shard("Events", "Shard16", sources=["CompanyId", "Ts"], count=16,
+                          batch_size=100, engine="client")
+    """)  # fmt: skip
+
+    def go_silent(p: Any) -> None:
+        if p.batches == 3:
+            for method in ("BeginTransaction", "StreamingRead", "Commit", "CreateSession"):
+                proxy.hang(method, 120, times=1000)
+
+    start = time.monotonic()
+    with pytest.raises(RetryError, match="run the step again") as caught:
+        proj.upgrade(**{PROGRESS_ATTRIBUTE: go_silent, DEADLINE_ATTRIBUTE: 5})
+    took = time.monotonic() - start
+    assert took < 5 + 3, took
+    assert "batch 4, after 300 rows" in str(caught.value)
+    proxy.clear()
+    proj.upgrade(**{PROGRESS_ATTRIBUTE: None, DEADLINE_ATTRIBUTE: 60})
+    direct = spanner_emulator.engine(db)
     with direct.connect() as c:
         assert c.exec_driver_sql("SELECT version_num FROM alembic_version").scalar_one() == head
     _check_all(direct, 1000)

@@ -113,5 +113,7 @@ def test_mutations_are_committed_sorted_by_key_in_batches_under_the_limits(
         assert [m.values for m in batch] == sorted(m.values for m in batch)  # by key
         assert 0 < len(batch) <= rows
         assert sum(len(m.values) for m in batch) <= cells
-    if len(_COMMITS) > 1:  # cut from one sorted run: each batch starts after the last ended
-        assert all(a[-1].values < b[0].values for a, b in zip(_COMMITS, _COMMITS[1:], strict=False))
+    # the writer buffers 20 batches' worth, sorts and cuts it: batches run in key order
+    # except where a new buffer starts
+    descents = sum(a[-1].values > b[0].values for a, b in zip(_COMMITS, _COMMITS[1:], strict=False))
+    assert descents <= len(mutations) // (20 * rows)
