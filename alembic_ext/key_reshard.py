@@ -36,10 +36,13 @@ from sharded_orm.errors import ShardConfigError
 from .errors import MigrationError
 from .ops import PROGRESS_ATTRIBUTE, metadata_list
 
-__all__ = ["CURSOR_TABLE", "CopyTableRowsOp", "RetireTableOp"]
+__all__ = ["COPY_ENGINES", "CURSOR_TABLE", "CopyTableRowsOp", "RetireTableOp"]
 
 #: The table holding the cursors of copies under way (dropped when none is left).
 CURSOR_TABLE = "ShardedOrmCopyCursor"
+#: ``"client"``: this process copies; ``"external"``: copied out of band (Beam on
+#: Dataflow), the op only checks that no row is missing.
+COPY_ENGINES = ("client", "external")
 
 
 @Operations.register_operation("copy_table_rows")
@@ -54,7 +57,14 @@ class CopyTableRowsOp(MigrateOperation):
         batch_size: int = 500,
         call_timeout: float = 60.0,
         deadline: float | None = None,
+        engine: str = "client",
     ) -> None:
+        if engine not in COPY_ENGINES:
+            raise ShardConfigError(
+                f"copy_table_rows engine must be one of {', '.join(map(repr, COPY_ENGINES))}, "
+                f"got {engine!r}"
+            )
+        self.engine = engine
         check_identifier(source, "table name")
         check_identifier(target, "table name")
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
@@ -65,7 +75,8 @@ class CopyTableRowsOp(MigrateOperation):
     @classmethod
     def copy_table_rows(cls, operations: Operations, source: str, target: str, **kw: Any) -> Any:
         """Copy every row of table ``source`` into ``target``, whose model (in
-        ``target_metadata``) declares the new shard; resumable, idempotent."""
+        ``target_metadata``) declares the new shard; resumable, idempotent. With
+        ``engine="external"`` the rows were copied out of band: only checked."""
         return operations.invoke(cls(source, target, **kw))
 
     def reverse(self) -> MigrateOperation:
@@ -194,7 +205,30 @@ def _run_copy(operations: Operations, op: CopyTableRowsOp) -> None:
     if operations.migration_context.as_sql:
         _offline_copy(operations, op)
         return
+    if op.engine == "external":
+        _check_external(operations, op)
+        return
     _copy(operations, op, prune=False)
+
+
+def _check_external(operations: Operations, op: CopyTableRowsOp) -> None:
+    from sharded_orm.load.copy import compare_tables
+
+    ctx = operations.migration_context
+    assert ctx.connection is not None
+    flush = getattr(ctx.impl, "flush_ddl", None)
+    if flush is not None:
+        flush()
+    source, target = _tables(operations, op, ctx.connection)
+    with ctx.autocommit_block():
+        missing = compare_tables(ctx.connection.engine, source, target)["missing_in_target"]
+    if missing:
+        raise MigrationError(
+            f"{missing} rows of {op.source} are not in {op.target} yet (engine='external': "
+            "this step only checks). Run the copy (the Beam pipeline ReadQuery -> "
+            f"WriteSharded({op.target} model), or sharded_orm.load.copy.copy_table), then "
+            "`alembic upgrade` again."
+        )
 
 
 @Operations.implementation_for(RetireTableOp)
