@@ -34,7 +34,10 @@ from sharded_orm.checks import check_identifier
 from sharded_orm.errors import ShardConfigError
 
 from .errors import MigrationError
-from .ops import PROGRESS_ATTRIBUTE, metadata_list
+
+#: ``Config.attributes`` key of a progress callback: the same key as ``op.backfill_shard``'s
+#: (``alembic_ext.ops.PROGRESS_ATTRIBUTE``; ops imports this module, so it is not imported)
+PROGRESS_ATTRIBUTE = "sharded_orm.backfill_progress"
 
 __all__ = ["COPY_ENGINES", "CURSOR_TABLE", "CopyTableRowsOp", "RetireTableOp"]
 
@@ -117,9 +120,11 @@ class RetireTableOp(MigrateOperation):
 
 
 def _model_table(operations: Operations, name: str) -> sa.Table | None:
-    for m in metadata_list(operations.migration_context.opts.get("target_metadata")):
-        if name in m.tables:
-            return m.tables[name]
+    md = operations.migration_context.opts.get("target_metadata")
+    for m in [] if md is None else list(md) if isinstance(md, (list, tuple)) else [md]:
+        table: sa.Table | None = m.tables.get(name)
+        if table is not None:
+            return table
     return None
 
 

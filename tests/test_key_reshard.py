@@ -17,6 +17,7 @@ from alembic.operations import Operations
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
+from alembic_ext import key_reshard, ops
 from alembic_ext.errors import MigrationError
 from sharded_orm import TimestampShardedMixin, compute_shard, sharded_select, verify
 from sharded_orm.load.copy import CopyProgress, compare_tables, copy_table, cursor_table_ddl
@@ -191,6 +192,7 @@ def test_the_docs_section_runs_as_written(spanner_engine: sa.Engine) -> None:
 
 
 def test_external_copy_only_checks_and_offline_mode(spanner_engine: sa.Engine) -> None:
+    assert key_reshard.PROGRESS_ATTRIBUTE == ops.PROGRESS_ATTRIBUTE  # one callback for both
     _old_rows(spanner_engine)
     with spanner_engine.connect() as conn:
         op = _ops(conn, Base.metadata)
