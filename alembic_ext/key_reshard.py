@@ -230,8 +230,9 @@ def _check_external(operations: Operations, op: CopyTableRowsOp) -> None:
     if missing:
         raise MigrationError(
             f"{missing} rows of {op.source} are not in {op.target} yet (engine='external': "
-            "this step only checks). Run the copy (the Beam pipeline ReadQuery -> "
-            f"WriteSharded({op.target} model), or sharded_orm.load.copy.copy_table), then "
+            "this step only checks). Run the copy (the Beam pipeline "
+            f"sharded_orm.beam.copy.CopyTable(old model, {op.target} model, ...), or "
+            "sharded_orm.load.copy.copy_table), then "
             "`alembic upgrade` again."
         )
 
