@@ -39,7 +39,7 @@ from .errors import MigrationError
 #: (``alembic_ext.ops.PROGRESS_ATTRIBUTE``; ops imports this module, so it is not imported)
 PROGRESS_ATTRIBUTE = "sharded_orm.backfill_progress"
 
-__all__ = ["COPY_ENGINES", "CURSOR_TABLE", "CopyTableRowsOp", "RetireTableOp"]
+__all__ = ["COPY_ENGINES", "CURSOR_TABLE", "CopyTableRowsOp", "RetireTableOp", "VerifyTablesOp"]
 
 #: The table holding the cursors of copies under way (dropped when none is left).
 CURSOR_TABLE = "ShardedOrmCopyCursor"
@@ -117,6 +117,26 @@ class RetireTableOp(MigrateOperation):
             "a retired table is dropped with its rows: its successor holds them. To go "
             "back, reshard again (a new table and a copy)"
         )
+
+
+@Operations.register_operation("verify_tables")
+class VerifyTablesOp(MigrateOperation):
+    """Fail unless ``target`` holds every row of ``source`` with the same values."""
+
+    def __init__(self, source: str, target: str, *, allow_extra: bool = False) -> None:
+        self.copy = CopyTableRowsOp(source, target)
+        self.allow_extra = allow_extra
+
+    @classmethod
+    def verify_tables(
+        cls, operations: Operations, source: str, target: str, *, allow_extra: bool = False
+    ) -> Any:
+        """Compare ``source`` and ``target`` row for row (``compare_tables``) and fail on
+        any difference; ``allow_extra=True`` accepts rows only ``target`` has."""
+        return operations.invoke(cls(source, target, allow_extra=allow_extra))
+
+    def reverse(self) -> MigrateOperation:
+        return self
 
 
 def _model_table(operations: Operations, name: str) -> sa.Table | None:
@@ -285,3 +305,26 @@ def _run_retire(operations: Operations, op: RetireTableOp) -> None:
         if ix["name"]:
             operations.drop_index(ix["name"], table_name=retired)
     operations.drop_table(retired)
+
+
+@Operations.implementation_for(VerifyTablesOp)
+def _run_verify(operations: Operations, op: VerifyTablesOp) -> None:
+    from sharded_orm.load.copy import compare_tables
+
+    ctx = operations.migration_context
+    if ctx.as_sql:
+        raise MigrationError("verify_tables runs online only: it reads both tables")
+    assert ctx.connection is not None
+    flush = getattr(ctx.impl, "flush_ddl", None)
+    if flush is not None:
+        flush()
+    source, target = _tables(operations, op.copy, ctx.connection)
+    with ctx.autocommit_block():
+        diff = compare_tables(ctx.connection.engine, source, target)
+    if op.allow_extra:
+        diff.pop("missing_in_source")
+    if any(diff.values()):
+        raise MigrationError(
+            f"{op.copy.source} and {op.copy.target} differ: {diff}. Copy again "
+            f"(op.copy_table_rows) and run the upgrade again."
+        )

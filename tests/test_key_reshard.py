@@ -201,6 +201,14 @@ def test_external_copy_only_checks_and_offline_mode(spanner_engine: sa.Engine) -
     copy_table(spanner_engine, Event8, Event16, progress_mode="off")  # "out of band"
     with spanner_engine.connect() as conn:
         _ops(conn, Base.metadata).copy_table_rows("Events", "Events16", engine="external")
+        _ops(conn, Base.metadata).verify_tables("Events", "Events16")
+    with database_of(spanner_engine).batch() as batch:  # old code changes a row
+        batch.update("Events", columns=["ShardId", "Timestamp", "EventId", "Kind"],
+                     values=[[compute_shard((ROWS[5]["timestamp"],), 8), ROWS[5]["timestamp"],
+                              "e00005", "changed"]])  # fmt: skip
+    with spanner_engine.connect() as conn, pytest.raises(MigrationError, match="'different': 1"):
+        _ops(conn, Base.metadata).verify_tables("Events", "Events16")
+    copy_table(spanner_engine, Event8, Event16, progress_mode="off")
     out = io.StringIO()
     offline = MigrationContext.configure(
         dialect_name="spanner+spanner",
