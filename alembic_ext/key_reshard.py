@@ -34,12 +34,18 @@ from sharded_orm.checks import check_identifier
 from sharded_orm.errors import ShardConfigError
 
 from .errors import MigrationError
-from .ops import PROGRESS_ATTRIBUTE, metadata_list
 
-__all__ = ["CURSOR_TABLE", "CopyTableRowsOp", "RetireTableOp"]
+#: ``Config.attributes`` key of a progress callback: the same key as ``op.backfill_shard``'s
+#: (``alembic_ext.ops.PROGRESS_ATTRIBUTE``; ops imports this module, so it is not imported)
+PROGRESS_ATTRIBUTE = "sharded_orm.backfill_progress"
+
+__all__ = ["COPY_ENGINES", "CURSOR_TABLE", "CopyTableRowsOp", "RetireTableOp", "VerifyTablesOp"]
 
 #: The table holding the cursors of copies under way (dropped when none is left).
 CURSOR_TABLE = "ShardedOrmCopyCursor"
+#: ``"client"``: this process copies; ``"external"``: copied out of band (Beam on
+#: Dataflow), the op only checks that no row is missing.
+COPY_ENGINES = ("client", "external")
 
 
 @Operations.register_operation("copy_table_rows")
@@ -54,7 +60,14 @@ class CopyTableRowsOp(MigrateOperation):
         batch_size: int = 500,
         call_timeout: float = 60.0,
         deadline: float | None = None,
+        engine: str = "client",
     ) -> None:
+        if engine not in COPY_ENGINES:
+            raise ShardConfigError(
+                f"copy_table_rows engine must be one of {', '.join(map(repr, COPY_ENGINES))}, "
+                f"got {engine!r}"
+            )
+        self.engine = engine
         check_identifier(source, "table name")
         check_identifier(target, "table name")
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
@@ -65,7 +78,8 @@ class CopyTableRowsOp(MigrateOperation):
     @classmethod
     def copy_table_rows(cls, operations: Operations, source: str, target: str, **kw: Any) -> Any:
         """Copy every row of table ``source`` into ``target``, whose model (in
-        ``target_metadata``) declares the new shard; resumable, idempotent."""
+        ``target_metadata``) declares the new shard; resumable, idempotent. With
+        ``engine="external"`` the rows were copied out of band: only checked."""
         return operations.invoke(cls(source, target, **kw))
 
     def reverse(self) -> MigrateOperation:
@@ -105,10 +119,32 @@ class RetireTableOp(MigrateOperation):
         )
 
 
+@Operations.register_operation("verify_tables")
+class VerifyTablesOp(MigrateOperation):
+    """Fail unless ``target`` holds every row of ``source`` with the same values."""
+
+    def __init__(self, source: str, target: str, *, allow_extra: bool = False) -> None:
+        self.copy = CopyTableRowsOp(source, target)
+        self.allow_extra = allow_extra
+
+    @classmethod
+    def verify_tables(
+        cls, operations: Operations, source: str, target: str, *, allow_extra: bool = False
+    ) -> Any:
+        """Compare ``source`` and ``target`` row for row (``compare_tables``) and fail on
+        any difference; ``allow_extra=True`` accepts rows only ``target`` has."""
+        return operations.invoke(cls(source, target, allow_extra=allow_extra))
+
+    def reverse(self) -> MigrateOperation:
+        return self
+
+
 def _model_table(operations: Operations, name: str) -> sa.Table | None:
-    for m in metadata_list(operations.migration_context.opts.get("target_metadata")):
-        if name in m.tables:
-            return m.tables[name]
+    md = operations.migration_context.opts.get("target_metadata")
+    for m in [] if md is None else list(md) if isinstance(md, (list, tuple)) else [md]:
+        table: sa.Table | None = m.tables.get(name)
+        if table is not None:
+            return table
     return None
 
 
@@ -194,7 +230,31 @@ def _run_copy(operations: Operations, op: CopyTableRowsOp) -> None:
     if operations.migration_context.as_sql:
         _offline_copy(operations, op)
         return
+    if op.engine == "external":
+        _check_external(operations, op)
+        return
     _copy(operations, op, prune=False)
+
+
+def _check_external(operations: Operations, op: CopyTableRowsOp) -> None:
+    from sharded_orm.load.copy import compare_tables
+
+    ctx = operations.migration_context
+    assert ctx.connection is not None
+    flush = getattr(ctx.impl, "flush_ddl", None)
+    if flush is not None:
+        flush()
+    source, target = _tables(operations, op, ctx.connection)
+    with ctx.autocommit_block():
+        missing = compare_tables(ctx.connection.engine, source, target)["missing_in_target"]
+    if missing:
+        raise MigrationError(
+            f"{missing} rows of {op.source} are not in {op.target} yet (engine='external': "
+            "this step only checks). Run the copy (the Beam pipeline "
+            f"sharded_orm.beam.copy.CopyTable(old model, {op.target} model, ...), or "
+            "sharded_orm.load.copy.copy_table), then "
+            "`alembic upgrade` again."
+        )
 
 
 @Operations.implementation_for(RetireTableOp)
@@ -245,3 +305,26 @@ def _run_retire(operations: Operations, op: RetireTableOp) -> None:
         if ix["name"]:
             operations.drop_index(ix["name"], table_name=retired)
     operations.drop_table(retired)
+
+
+@Operations.implementation_for(VerifyTablesOp)
+def _run_verify(operations: Operations, op: VerifyTablesOp) -> None:
+    from sharded_orm.load.copy import compare_tables
+
+    ctx = operations.migration_context
+    if ctx.as_sql:
+        raise MigrationError("verify_tables runs online only: it reads both tables")
+    assert ctx.connection is not None
+    flush = getattr(ctx.impl, "flush_ddl", None)
+    if flush is not None:
+        flush()
+    source, target = _tables(operations, op.copy, ctx.connection)
+    with ctx.autocommit_block():
+        diff = compare_tables(ctx.connection.engine, source, target)
+    if op.allow_extra:
+        diff.pop("missing_in_source")
+    if any(diff.values()):
+        raise MigrationError(
+            f"{op.copy.source} and {op.copy.target} differ: {diff}. Copy again "
+            f"(op.copy_table_rows) and run the upgrade again."
+        )

@@ -23,7 +23,10 @@ DOC = Path(__file__).resolve().parent.parent / "docs" / "migrations.md"
 
 
 def _blocks() -> list[str]:
-    return re.findall(r"```python\n(.*?)```", DOC.read_text(), re.S)
+    # 'Resharding a key' has its own runner (tests/test_key_reshard.py): its blocks need
+    # the models of the key reshard and rows in between
+    text = re.sub(r"### Resharding a key\n.*?(?=\n### )", "", DOC.read_text(), flags=re.S)
+    return re.findall(r"```python\n(.*?)```", text, re.S)
 
 
 def _lines(text: str) -> set[str]:

@@ -5,11 +5,20 @@
 from __future__ import annotations
 
 import datetime as dt
+import io
+import re
+import sys
+from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from alembic.operations import Operations
+from alembic.runtime.migration import MigrationContext
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
+from alembic_ext import key_reshard, ops
+from alembic_ext.errors import MigrationError
 from sharded_orm import TimestampShardedMixin, compute_shard, sharded_select, verify
 from sharded_orm.load.copy import CopyProgress, compare_tables, copy_table, cursor_table_ddl
 from sharded_orm.spanner.mutations import database_of
@@ -116,3 +125,103 @@ def test_copy_resumes_from_its_saved_cursor_and_prunes(spanner_engine: sa.Engine
     assert compare_tables(engine, Event8, Event16) == {
         "missing_in_target": 0, "missing_in_source": 0, "different": 0,
     }  # fmt: skip
+
+
+def _section_blocks() -> list[str]:
+    """The Python blocks of docs/migrations.md's 'Resharding a key', in page order."""
+    text = (Path(__file__).parent.parent / "docs" / "migrations.md").read_text()
+    section = text.split("### Resharding a key\n", 1)[1].split("\n### ", 1)[0]
+    return re.findall(r"```python\n(.*?)```", section, re.S)
+
+
+def _ops(conn: Any, metadata: sa.MetaData, **opts: Any) -> Operations:
+    ctx = MigrationContext.configure(conn, opts={"target_metadata": metadata, **opts})
+    return Operations(ctx)
+
+
+def test_the_docs_section_runs_as_written(spanner_engine: sa.Engine) -> None:
+    """docs/migrations.md, 'Resharding a key': the models, the expand's copy, the Python
+    API and the contract, run in page order on the emulator, old writes in between."""
+    models, expand, contract, python = _section_blocks()
+    ns: dict[str, Any] = {"engine": spanner_engine}
+    exec(
+        "import sqlalchemy as sa\nfrom sqlalchemy.orm import DeclarativeBase, Mapped, "
+        "mapped_column\nfrom sharded_orm import *\nclass Base(DeclarativeBase):\n    pass\n",
+        ns,
+    )
+    module = type(sys)("key_reshard_docs")  # SQLAlchemy resolves annotations in a module
+    module.__dict__.update(ns)
+    sys.modules[module.__name__] = module
+    try:
+        exec(models, module.__dict__)
+    finally:
+        del sys.modules[module.__name__]
+    ns = module.__dict__
+    Event, Event16 = ns["Event"], ns["Event16"]
+    ns["Base"].metadata.create_all(spanner_engine, tables=[Event.__table__])
+    with database_of(spanner_engine).batch() as batch:  # old code's rows, before the expand
+        batch.insert(
+            "Events", columns=["ShardId", "Timestamp", "EventId", "Kind"],
+            values=[
+                [compute_shard((T0 + dt.timedelta(seconds=i),), 8),
+                 T0 + dt.timedelta(seconds=i), f"o{i}", "old"]
+                for i in range(700)
+            ],
+        )  # fmt: skip
+    ns["Base"].metadata.create_all(spanner_engine)  # the expand's create_table
+    with Session(spanner_engine) as s, s.begin():  # new code: both tables
+        s.add(Event(timestamp=T0, event_id="new-1", kind="new"))
+    with spanner_engine.connect() as conn:
+        ns["op"] = _ops(conn, ns["Base"].metadata)
+        exec("def upgrade():\n" + expand, ns)
+        ns["upgrade"]()
+        conn.commit()
+    exec(python, ns)  # copy_table again (idempotent) and compare_tables
+    with database_of(spanner_engine).batch() as batch:  # old code: Events only
+        batch.insert("Events", columns=["ShardId", "Timestamp", "EventId", "Kind"],
+                     values=[[compute_shard((T0,), 8), T0, "late", "old"]])  # fmt: skip
+    with spanner_engine.connect() as conn:
+        ns["op"] = _ops(conn, ns["Base"].metadata)
+        exec("def upgrade():\n" + contract, ns)
+        ns["upgrade"]()
+        conn.commit()
+    with spanner_engine.connect() as c:
+        found = {r.EventId for r in c.execute(sharded_select(Event16.__table__))}
+    assert len(found) == 702 and {"new-1", "late"} <= found
+    assert "Events" not in sa.inspect(spanner_engine).get_table_names()
+
+
+def test_external_copy_only_checks_and_offline_mode(spanner_engine: sa.Engine) -> None:
+    assert key_reshard.PROGRESS_ATTRIBUTE == ops.PROGRESS_ATTRIBUTE  # one callback for both
+    _old_rows(spanner_engine)
+    with spanner_engine.connect() as conn:
+        op = _ops(conn, Base.metadata)
+        with pytest.raises(MigrationError, match="1200 rows of Events are not in Events16"):
+            op.copy_table_rows("Events", "Events16", engine="external")
+    copy_table(spanner_engine, Event8, Event16, progress_mode="off")  # "out of band"
+    with spanner_engine.connect() as conn:
+        _ops(conn, Base.metadata).copy_table_rows("Events", "Events16", engine="external")
+        _ops(conn, Base.metadata).verify_tables("Events", "Events16")
+    with database_of(spanner_engine).batch() as batch:  # old code changes a row
+        batch.update("Events", columns=["ShardId", "Timestamp", "EventId", "Kind"],
+                     values=[[compute_shard((ROWS[5]["timestamp"],), 8), ROWS[5]["timestamp"],
+                              "e00005", "changed"]])  # fmt: skip
+    with spanner_engine.connect() as conn, pytest.raises(MigrationError, match="'different': 1"):
+        _ops(conn, Base.metadata).verify_tables("Events", "Events16")
+    copy_table(spanner_engine, Event8, Event16, progress_mode="off")
+    out = io.StringIO()
+    offline = MigrationContext.configure(
+        dialect_name="spanner+spanner",
+        opts={"as_sql": True, "output_buffer": out, "target_metadata": Base.metadata},
+    )
+    Operations(offline).copy_table_rows("Events", "Events16")
+    check = [ln.rstrip(";") for ln in out.getvalue().splitlines() if "ERROR(" in ln]
+    assert len(check) == 1 and check[0].startswith("SELECT IF") and "NOT EXISTS" in check[0]
+    with spanner_engine.connect() as c:  # applied by a DBA: passes now that nothing is missing
+        assert c.exec_driver_sql(check[0].strip()).scalar_one() == 0
+        c.exec_driver_sql("DELETE FROM Events16 WHERE TRUE")
+        c.commit()
+    with spanner_engine.connect() as c, pytest.raises(sa.exc.DatabaseError, match="missing"):
+        c.exec_driver_sql(check[0].strip()).all()  # ... and stops the script when not
+    with pytest.raises(MigrationError, match="online only"):
+        Operations(offline).retire_table("Events", successor="Events16")

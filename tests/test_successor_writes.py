@@ -189,3 +189,23 @@ def test_every_write_path_reaches_both_tables_on_spanner(spanner_engine: sa.Engi
     rows = _same(engine)
     assert sorted(k for _, _, k in rows.values()).count("b") == 1
     assert len(rows) == 7 and {"orm-updated", "core-updated"} <= {k for _, _, k in rows.values()}
+
+
+def test_orm_bulk_by_primary_key_and_merge_reach_both_tables(engine: sa.Engine) -> None:
+    with Session(engine) as s, s.begin():
+        s.add_all([Event(timestamp=T0, event_id=f"p{i}", kind="a") for i in range(3)])
+    with Session(engine) as s, s.begin():
+        objs = {e.event_id: e for e in s.scalars(sa.select(Event))}
+        pk = {e: (o.shard_id, o.timestamp) for e, o in objs.items()}
+    with Session(engine) as s, s.begin():
+        s.execute(  # ORM bulk UPDATE by primary key
+            sa.update(Event),
+            [{"shard_id": pk["p0"][0], "timestamp": pk["p0"][1], "event_id": "p0", "kind": "b"}],
+        )
+        s.bulk_update_mappings(  # type: ignore[attr-defined]
+            Event,
+            [{"shard_id": pk["p1"][0], "timestamp": pk["p1"][1], "event_id": "p1", "kind": "c"}],
+        )
+        s.merge(Event(shard_id=pk["p2"][0], timestamp=pk["p2"][1], event_id="p2", kind="d"))
+    rows = _same(engine)
+    assert {k: v[2] for k, v in rows.items()} == {"p0": "b", "p1": "c", "p2": "d"}

@@ -23,6 +23,7 @@ its commits (``sharded_orm.load``).
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -73,8 +74,24 @@ class MirrorPlan:
         return out
 
 
+_plans: weakref.WeakKeyDictionary[sa.Table, tuple[sa.Table, int, MirrorPlan]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
 def plan(old: sa.Table, new: sa.Table) -> MirrorPlan:
-    """Check that ``new`` can be filled from ``old`` alone, and say how."""
+    """Check that ``new`` can be filled from ``old`` alone, and say how (made once per
+    pair of tables, again if a column is added)."""
+    hit = _plans.get(old)
+    size = len(old.c) + len(new.c)
+    if hit is not None and hit[0] is new and hit[1] == size:
+        return hit[2]
+    made = _plan(old, new)
+    _plans[old] = (new, size, made)
+    return made
+
+
+def _plan(old: sa.Table, new: sa.Table) -> MirrorPlan:
     shards = shard_columns(new)
     shard_names = {sc.name for sc in shards}
     if not shards or not any(sc.column.primary_key for sc in shards):
