@@ -601,6 +601,222 @@ def test_page_snippets_run(
             del sys.modules[name]  # the stand-in for the reader's package (env.py snippets)
 
 
+# --- the other blocks: shell commands, console sessions, diagrams ----------------------------
+
+#: languages of the blocks below (SQL blocks are DDL the models render: tests/test_docs.py)
+SHELL_LANGS = {"bash", "sh", "shell", "console", ""}
+
+#: blocks whose ``sharded-orm`` lines run in ``test_the_docs_command_lines_run`` (page, first line)
+RUN: set[tuple[str, str]] = {
+    ("README.md", "sharded-orm lint myapp.models:Base"),
+    ("README.md", "sharded-orm doctor spanner+spanner:///projects/P/instances/I/databases/D"),
+    ("README.md", "sharded-orm verify sqlite:///app.db myapp.models:Base"),
+    ("at_scale.md", "sharded-orm verify spanner+spanner:///projects/p/instances/i/databases/d"),
+    ("hotspots.md", "$ sharded-orm lint myapp.models:Base"),
+    ("hotspots.md", "$ sharded-orm simulate naive=examples.hotspots:NaiveLogEntry"),
+    ("hotspots.md", "$ sharded-orm doctor splits.json myapp.models:Base"),
+}
+
+#: every other block, and why it does not run here (page, start of its first line) -> reason
+NOT_RUN: dict[tuple[str, str], str] = {
+    ("README.md", "python -m venv .venv"): "creates a venv and installs from PyPI (network, "
+    "minutes): walked by hand in a fresh venv (issue 24)",
+    ("README.md", "python examples/activity_log.py"): "the example runs in "
+    "tests/test_examples.py; the pytest lines are this test suite itself",
+    ("at_scale.md", "python load_logs.py --runner DataflowRunner"): "Dataflow needs a Google "
+    "Cloud project, a bucket and credentials; load_logs.py itself runs above on the "
+    "DirectRunner against the emulator",
+    ("bulk_loading.md", "worker 0:"): "output (which ranges each worker writes), not a command",
+    ("keys.md", "Is the data naturally ordered by time"): "a decision tree, not code",
+    ("migrations.md", "python backfill_logs.py"): "the reader's own pipeline script, on "
+    "Dataflow (a Google Cloud project); `alembic upgrade head` runs in the page's Python blocks",
+    ("testing.md", "sharded-orm: emulator tests:"): "output of the pytest plugin, not a command",
+    ("testing.md", "peer/sqlalchemy/run.sh stock"): "a peer suite: CI runs it (.ci/run) with "
+    "the downloaded sdist, minutes per run",
+    ("testing.md", "peer/spanner_compliance/run.sh stock"): "a peer suite: CI runs it "
+    "(.ci/run) with the downloaded sdist, minutes per run",
+    ("testing.md", "peer/alembic/run.sh stock"): "a peer suite: CI runs it (.ci/run), "
+    "minutes per run",
+}
+
+
+def _other_blocks() -> list[tuple[str, str, str]]:
+    """(page, first line, code) of every shell, console or plain block."""
+    out = []
+    for page in PAGES:
+        for fence in _fences(page):
+            if fence["lang"] in SHELL_LANGS:
+                first = next((ln for ln in fence["code"].splitlines() if ln.strip()), "")
+                out.append((page.name, first, fence["code"]))
+    return out
+
+
+def _entry(page: str, first: str) -> tuple[str, str] | None:
+    keys = [k for k in (*RUN, *NOT_RUN) if k[0] == page and first.startswith(k[1])]
+    assert len(keys) <= 1, keys
+    return keys[0] if keys else None
+
+
+@pytest.mark.parametrize(
+    "page, first", [pytest.param(p, f, id=f"{p}:{f[:40]}") for p, f, _ in _other_blocks()]
+)
+def test_every_other_block_runs_or_says_why_not(page: str, first: str) -> None:
+    key = _entry(page, first)
+    assert key is not None, f"{page}: a new block {first!r}: add it to RUN or NOT_RUN (why)"
+    assert key in RUN or len(NOT_RUN[key]) > 20
+
+
+def test_no_entry_outlives_its_block() -> None:
+    found = {_entry(p, f) for p, f, _ in _other_blocks()}
+    assert set(RUN) | set(NOT_RUN) <= found
+
+
+MYAPP_MODELS = """
+import datetime as dt
+import sqlalchemy as sa
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sharded_orm import ShardedIndex, UTCDateTime, shard_column
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class LogEntry(Base):  # the README's, after a reshard's expand: EntryShardV2 (count 20)
+    __tablename__ = "LogEntries"
+    company_id: Mapped[str] = mapped_column("CompanyId", sa.String(64), primary_key=True)
+    entry_id: Mapped[int] = mapped_column("EntryId", primary_key=True, autoincrement=False)
+    ts: Mapped[dt.datetime] = mapped_column("Timestamp", UTCDateTime)
+    entry_shard_id: Mapped[int] = shard_column("company_id", "ts", count=10, name="EntryShardId")
+    entry_shard_v2: Mapped[int | None] = shard_column(
+        "company_id", "ts", count=20, name="EntryShardV2", nullable=True
+    )
+    __table_args__ = (
+        ShardedIndex("LogEntriesByCompany", "CompanyId", sa.desc("Timestamp"),
+                     shard="EntryShardId"),
+    )
+
+
+class NaiveLogEntry(Base):
+    __tablename__ = "NaiveLogEntries"
+    company_id: Mapped[str] = mapped_column("CompanyId", sa.String(64), primary_key=True)
+    entry_id: Mapped[int] = mapped_column("EntryId", primary_key=True, autoincrement=False)
+    ts: Mapped[dt.datetime] = mapped_column("Timestamp", UTCDateTime)
+    __table_args__ = (sa.Index("NaiveByCompany", "CompanyId", "Timestamp"),)
+"""
+
+
+def _command_lines() -> list[tuple[str, str]]:
+    """(page, command line) of every ``sharded-orm`` line of the blocks in ``RUN``."""
+    out = []
+    for page, first, code in _other_blocks():
+        if _entry(page, first) not in RUN:
+            continue
+        joined = re.sub(r"\\\n\s*", " ", code)
+        for line in joined.splitlines():
+            line = line.removeprefix("$ ").strip()
+            if line.startswith("sharded-orm "):
+                out.append((page, line.split("  #")[0].split(" # ")[0].strip()))
+    return out
+
+
+#: what each subcommand may answer on the docs' data (1: it found what the docs say it finds)
+EXPECTED_EXIT = {"lint": {0, 1}, "doctor": {0, 1}, "simulate": {0}, "verify": {0}, "backfill": {0}}
+
+
+@pytest.mark.slow
+@pytest.mark.emulator
+def test_the_docs_command_lines_run(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    spanner_emulator: Any,
+    mock_spanner: Any,
+) -> None:
+    """The README's and the guides' ``sharded-orm`` lines, as a reader types them, in a
+    directory holding their ``myapp`` package, ``app.db`` and ``splits.json``: Spanner URLs
+    go to the emulator (doctor's to the mock server, which answers with split statistics)."""
+    import datetime as dt
+    import json
+    import shlex
+
+    import sqlalchemy as sa
+    from sqlalchemy.orm import Session
+
+    from sharded_orm import Instance, Workload, compute_shard, simulate
+    from sharded_orm.tools.cli import main
+
+    (tmp_path / "myapp").mkdir()
+    (tmp_path / "myapp" / "__init__.py").write_text("")
+    (tmp_path / "myapp" / "models.py").write_text(MYAPP_MODELS)
+    (tmp_path / "examples").symlink_to(ROOT / "examples")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [str(tmp_path), *sys.path])
+    monkeypatch.setenv("SHARDED_ORM_PROGRESS", "off")
+    try:
+        from myapp import models  # type: ignore[import-not-found]
+
+        ts = dt.datetime(2024, 5, 1, 12, 0, tzinfo=dt.timezone.utc)
+        app = sa.create_engine("sqlite:///app.db")  # the README's verify: a database with rows
+        models.Base.metadata.create_all(app)
+        rows = [{"company_id": f"c{i % 3}", "entry_id": i, "ts": ts} for i in range(30)]
+        with Session(app) as session, session.begin():
+            session.execute(sa.insert(models.LogEntry), rows)
+        app.dispose()
+
+        db = spanner_emulator.create_database()  # rows from before the expand: V2 is NULL
+        spanner = spanner_emulator.engine(db)
+        models.Base.metadata.create_all(spanner)
+        with spanner.begin() as conn:
+            conn.execute(
+                sa.text(
+                    "INSERT INTO LogEntries (CompanyId, EntryId, Timestamp, EntryShardId) "
+                    "VALUES (:c, :e, :t, :s)"
+                ),
+                [
+                    {
+                        "c": r["company_id"],
+                        "e": r["entry_id"],
+                        "t": ts,
+                        "s": compute_shard((r["company_id"], ts), 10),
+                    }
+                    for r in rows
+                ],  # fmt: skip
+            )
+        spanner.dispose()
+
+        hot = simulate(
+            {"naive": models.NaiveLogEntry},
+            Workload(rows_per_second=6000, duration=120, tenants=3),
+            Instance(nodes=6),
+        ).hot_split_rows()
+        assert hot, "the naive model makes hot splits"
+        shift = dt.datetime.now(dt.timezone.utc) - max(r["INTERVAL_END"] for r in hot)
+        hot = [{**r, "INTERVAL_END": r["INTERVAL_END"] + shift} for r in hot]
+        Path("splits.json").write_text(json.dumps(hot, default=str))
+        _answer_split_statistics(mock_spanner, mock_spanner.engine(), hot)
+
+        lines = _command_lines()
+        assert {line.split()[1] for _, line in lines} == set(EXPECTED_EXIT), lines
+        for page, line in lines:
+            command = shlex.split(line)[1:]
+            if command[0] == "doctor":  # the mock server: the client must not see the emulator
+                url = mock_spanner.url
+                monkeypatch.delenv("SPANNER_EMULATOR_HOST", raising=False)
+            else:
+                url = spanner_emulator.url(db)
+                monkeypatch.setenv("SPANNER_EMULATOR_HOST", spanner_emulator.host)
+            argv = [url if a == "URL" or a.startswith("spanner+spanner://") else a for a in command]
+            code = main(argv)
+            err = capsys.readouterr().err
+            assert code in EXPECTED_EXIT[command[0]], f"{page}: {line} -> exit {code}: {err}"
+            assert "error:" not in err, f"{page}: {line}: {err}"
+        assert Path("hot.png").exists() or Path("logentries.png").exists()
+    finally:
+        for name in [m for m in sys.modules if m.split(".")[0] in ("myapp", "examples")]:
+            del sys.modules[name]
+
+
 # --- the Quickstart and the README's figures (issue 24 item 11) -------------------------------
 
 
