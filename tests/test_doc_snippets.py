@@ -825,8 +825,8 @@ def test_quickstart_tells_a_newcomer_everything() -> None:
     quick = readme[readme.index("## Quickstart") : readme.index("## A tour")]
     for needed in (
         "python -m venv",  # a virtual environment first
-        "pip install sharded-orm",  # the user install
-        "pip install -e .",  # from a clone
+        "pip install -e .",  # the user install, from a clone
+        "not on PyPI yet",  # `pip install sharded-orm` finds nothing today: the README says so
         'pip install -e ".[dev]"',  # the contributor install
         "gcloud components install cloud-spanner-emulator",  # three ways to the emulator
         "google-cloud-cli-spanner-emulator",
