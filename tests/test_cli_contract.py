@@ -300,6 +300,20 @@ def test_every_json_output_is_the_envelope(workdir: Path, tmp_path: Path) -> Non
     assert check_envelope(data, "verify", "findings") == []
     assert [t["table"] for t in data["summary"]["tables"]] == ["Sharded"]  # a Base: all sharded
 
+    engine = sa.create_engine(f"sqlite:///{db}")
+    with engine.begin() as conn:  # a column to fill: two rows, no shard yet
+        conn.exec_driver_sql('CREATE TABLE "T" ("Id" INTEGER PRIMARY KEY, "K" TEXT, "S" INTEGER)')
+        conn.exec_driver_sql("INSERT INTO \"T\" VALUES (1, 'a', NULL), (2, 'b', NULL)")
+    engine.dispose()
+    url = f"sqlite:///{db}"
+    fill = ("backfill", url, "T", "S", "--sources", "K", "--count", "4", "--format", "json")
+    back = run_cli(workdir, *fill)
+    assert back.returncode == 0, back.stderr
+    data = json.loads(back.stdout)  # stdout is the envelope alone (progress is on stderr)
+    [result] = check_envelope(data, "backfill", "results")
+    assert data["summary"]["rows_filled"] == result["rows"] == 2
+    assert result["table"] == "T" and result["column"] == "S" and result["method"]
+
 
 # --- help, defaults, version ------------------------------------------------------------------
 
@@ -321,6 +335,13 @@ def test_every_option_has_help_and_shows_its_default() -> None:
             assert action.help, f"{name} {action.dest} has no help"
             if action.option_strings and action.default not in (None, False, []):
                 assert f"(default: {action.default})" in " ".join(text.split()), (name, action)
+
+
+def test_backfill_engines_are_the_alembic_backfills() -> None:
+    from alembic_ext.backfill import ENGINES
+    from sharded_orm.tools.commands import BACKFILL_ENGINES
+
+    assert BACKFILL_ENGINES == ENGINES
 
 
 def test_version(capsys: pytest.CaptureFixture[str]) -> None:

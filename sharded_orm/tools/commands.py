@@ -390,15 +390,39 @@ def add_verify(sub: Any) -> None:
 # --- backfill ---------------------------------------------------------------------------------
 
 
+#: ``alembic_ext.backfill.ENGINES`` (a test keeps them equal; ``--help`` imports no Alembic)
+BACKFILL_ENGINES = ("auto", "client", "partitioned_dml", "external")
+
+
 def cmd_backfill(args: argparse.Namespace) -> int:
-    """Runs ``python -m alembic_ext.backfill`` (the code ``op.backfill_shard`` runs)."""
+    """Runs ``alembic_ext.backfill.run`` (the code ``op.backfill_shard`` runs)."""
+    import dataclasses
+
     create_engine(args.url).dispose()  # the URL's errors, in the contract's words
-    argv = [args.url, args.table, args.column, "--sources", *args.sources]
-    argv += ["--count", str(args.count), "--algorithm", args.algorithm]
-    argv += ["--batch-size", str(args.batch_size)]
-    entry: Callable[[list[str]], int] = importlib.import_module("alembic_ext.backfill").main
+    run: Callable[..., Any] = importlib.import_module("alembic_ext.backfill").run
     with database_errors(args.url):
-        return int(entry(argv))
+        result = run(
+            args.url, args.table, args.column, sources=args.sources, count=args.count,
+            algorithm=args.algorithm, batch_size=args.batch_size, engine=args.engine,
+            deadline=args.deadline,
+        )  # fmt: skip
+
+    def text() -> str:
+        return (
+            f"{result.rows} rows filled, {result.verified} verified, {result.fixed} fixed, "
+            f"in {result.batches} batches ({result.method})"
+        )
+
+    summary = {
+        "table": result.table,
+        "column": result.column,
+        "rows_filled": result.rows,
+        "rows_verified": result.verified,
+        "rows_fixed": result.fixed,
+        "method": result.method,
+    }
+    emit(args, lambda: envelope("backfill", summary, results=[dataclasses.asdict(result)]), text)
+    return EXIT_OK
 
 
 def add_backfill(sub: Any) -> None:
@@ -420,6 +444,17 @@ def add_backfill(sub: Any) -> None:
     p.add_argument("--count", type=int, required=True, help="number of shards")
     p.add_argument("--algorithm", choices=ALGORITHMS, default="crc32", help="the shard hash")
     p.add_argument("--batch-size", type=int, default=500, help="rows per write batch")
+    p.add_argument(
+        "--engine",
+        choices=BACKFILL_ENGINES,
+        default="auto",
+        help="who fills the column: auto is partitioned_dml for farm_fingerprint on Spanner, "
+        "else client; external only checks that no row is left unfilled",
+    )
+    p.add_argument(
+        "--deadline", type=float, default=None, help="seconds for the whole run (no limit)"
+    )
+    output_args(p)
     p.set_defaults(func=cmd_backfill)
 
 
