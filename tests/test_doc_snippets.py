@@ -23,7 +23,6 @@ The harness, for snippets that are fragments of a larger program (their own line
   is replaced by ``ELIDED[class name]``, defined by the setup, and the class is declared
   on a fresh ``Base`` (the page declared one of that name already).
 - A block defining ``test_*`` functions has them called with the pytest fixtures they name.
-- A block with a top-level ``await`` runs in an event loop.
 - A block headed ``# generated`` (what autogenerate writes) is, line for line, in a
   revision file written during the page's run (``GENERATED``: the Alembic configs of the
   page's projects), which the page's ``command.upgrade`` ran.
