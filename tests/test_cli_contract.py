@@ -339,7 +339,7 @@ def test_every_option_has_help_and_shows_its_default() -> None:
 
 def test_backfill_engines_are_the_alembic_backfills() -> None:
     from alembic_ext.backfill import ENGINES
-    from sharded_orm.tools.commands import BACKFILL_ENGINES
+    from sharded_orm.tools.database import BACKFILL_ENGINES
 
     assert BACKFILL_ENGINES == ENGINES
 

@@ -23,10 +23,15 @@ The harness, for snippets that are fragments of a larger program (their own line
   is replaced by ``ELIDED[class name]``, defined by the setup, and the class is declared
   on a fresh ``Base`` (the page declared one of that name already).
 - A block defining ``test_*`` functions has them called with the pytest fixtures they name.
-- A block with a top-level ``await`` runs in an event loop.
 - A block headed ``# generated`` (what autogenerate writes) is, line for line, in a
   revision file written during the page's run (``GENERATED``: the Alembic configs of the
   page's projects), which the page's ``command.upgrade`` ran.
+- A block with a top-level ``await`` runs inside the page's ``async_context()``, if any.
+- ``PAGE_CHECK[page]`` runs after the page's last block (what its snippets must have done).
+
+Other blocks (shell, console, plain): each is in ``RUN`` (its ``sharded-orm`` lines run, as
+typed, in ``test_the_docs_command_lines_run``) or in ``NOT_RUN`` with the reason it cannot
+run here; a new one fails ``test_every_other_block_runs_or_says_why_not`` until it is listed.
 
 A new block, or a new page, runs with no change here (a new page on SQLite, with only
 ``COMMON``); a page that needs Spanner gets a ``PAGE_ENGINE`` entry.

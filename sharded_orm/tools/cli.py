@@ -1,7 +1,8 @@
 """The ``sharded-orm`` command and the contract every subcommand keeps.
 
 Subcommands (``sharded-orm SUBCOMMAND --help`` for each): ``lint``, ``simulate``, ``doctor``,
-``verify``, ``backfill``. Their parsers and bodies live in :mod:`sharded_orm.tools.commands`.
+``verify``, ``backfill``. Their parsers and bodies live in :mod:`sharded_orm.tools.commands`
+(``verify`` and ``backfill``, which open the user's database, in :mod:`.database`).
 
 The contract (docs: README "Command line"):
 

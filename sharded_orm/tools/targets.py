@@ -21,6 +21,11 @@ from sqlalchemy import MetaData
 from sharded_orm.errors import ShardConfigError, ShardingError
 from sharded_orm.schema.columns import shard_columns
 
+TARGET_HELP = (
+    "MODULE:ATTR, imported from the current directory: a mapped class or Table means that "
+    "table; a declarative base, a MetaData or a module means all its tables"
+)
+
 
 def load_target(spec: str) -> Any:
     """The object ``module:attr`` names (``module`` alone: the module)."""
