@@ -117,6 +117,19 @@ def _timed(conn: Any, seconds: float) -> Any:
     return conn.execution_options(timeout=seconds)
 
 
+def _write(
+    bind: Any, stmt: Any, params: Any, policy: RetryPolicy, clock: Deadline | None, what: str
+) -> None:
+    """One DML statement in its own transaction, with a timeout, retried (ABORTED etc.):
+    the statements given here are idempotent deletes."""
+
+    def attempt(timeout: float) -> None:
+        with connect(bind) as conn, conn.begin():
+            _timed(conn, timeout).execute(stmt, params)
+
+    retry_call(attempt, policy, what=what, idempotent=True, deadline=clock)
+
+
 def _saved_cursor(bind: Any, table: str, src: str, dst: str, seconds: float) -> list[Any] | None:
     t = sa.table(table, *[sa.column(c) for c in CURSOR_COLUMNS])
     stmt = sa.select(t.c.Cursor).where(t.c.Source == src, t.c.Target == dst)
@@ -223,10 +236,8 @@ def copy_table(
         pruned = prune_target(bind, src, dst, call_timeout=call_timeout) if prune else 0
         if cursor_table is not None:  # a complete walk: the next run walks it all again
             t = sa.table(cursor_table, *[sa.column(c) for c in CURSOR_COLUMNS])
-            with connect(bind) as conn, conn.begin():
-                _timed(conn, call_timeout).execute(
-                    sa.delete(t).where(t.c.Source == src.name, t.c.Target == dst.name)
-                )
+            done = sa.delete(t).where(t.c.Source == src.name, t.c.Target == dst.name)
+            _write(bind, done, None, policy, clock, f"{what}: clearing its cursor")
     finally:
         raw.close()
     return CopyResult(src.name, dst.name, rows, batches, time.monotonic() - start, pruned, resumed)
@@ -273,6 +284,7 @@ def prune_target(bind: Any, source: Any, target: Any, *, call_timeout: float = 3
     """Delete the rows of ``target`` whose shared key has no row in ``source``; returns how
     many. Only for a final pass, when nothing writes ``source`` any more."""
     src, dst = table_of(source), table_of(target)
+    policy = RetryPolicy(call_timeout=call_timeout)
     key = list(dst.primary_key.columns)
     shared = _shared_key(src, dst)
     rest = [c.name for c in key if c.name not in shared]
@@ -288,10 +300,8 @@ def prune_target(bind: Any, source: Any, target: Any, *, call_timeout: float = 3
     stmt = sa.delete(dst).where(*[c == sa.bindparam(f"k_{c.key}") for c in key])
     for i in range(0, len(found), 1000):
         chunk = [dict(zip(order, r, strict=True)) for r in found[i : i + 1000]]
-        with connect(bind) as conn, conn.begin():
-            _timed(conn, call_timeout).execute(
-                stmt, [{f"k_{c.key}": r[c.name] for c in key} for r in chunk]
-            )
+        params = [{f"k_{c.key}": r[c.name] for c in key} for r in chunk]
+        _write(bind, stmt, params, policy, None, f"pruning {dst.name}")
     return len(found)
 
 
