@@ -34,9 +34,8 @@ from typing import Any
 import sqlalchemy as sa
 
 from sharded_orm.errors import ShardConfigError
-from sharded_orm.load.verify import connect, quote
+from sharded_orm.load.verify import connect, quote, row_decoder
 from sharded_orm.progress import progress
-from sharded_orm.read.order import after_condition, at_or_before_condition
 from sharded_orm.retry import Deadline, RetryPolicy, retry_call
 from sharded_orm.schema.columns import shard_columns, table_of
 from sharded_orm.schema.keys import is_descending
@@ -169,9 +168,7 @@ def copy_table(
     columns = [dst.c[mp.copied[i][1]].name for i in range(len(copied))] + [sc.name for sc in shards]
     source_at = [[at[src.c[k].name] for k in sc.source_keys] for sc in shards]
     key_at = [at[c.name] for c, _ in key]
-    encoders = [
-        src.c[n].type.dialect_impl(bind.dialect).bind_processor(bind.dialect) for n in copied
-    ]
+    decode = row_decoder(read_cols, bind.dialect)  # raw values -> what the shard hashes
     policy = RetryPolicy(call_timeout=call_timeout, deadline=deadline)
     clock = Deadline(deadline)
     what = f"copy of {src.name} into {dst.name}"
@@ -185,8 +182,23 @@ def copy_table(
         return retry_call(attempt, policy, what=f"{what}: {why}", idempotent=True,
                           resume=resume, deadline=clock)  # fmt: skip
 
+    database = database_of(bind)
+    names = [c.name for c in read_cols]
+
+    def read_batch(after: list[Any] | None, last: list[Any], timeout: float) -> list[Any]:
+        """The next rows after ``after`` up to ``last`` in stored order: the Read API's key
+        range seeks there (a SQL keyset condition rescans from the start on the emulator)."""
+        from google.cloud.spanner_v1 import KeyRange, KeySet
+
+        start = {"start_open": list(after)} if after is not None else {"start_closed": []}
+        keys = KeySet(ranges=[KeyRange(**start, end_closed=list(last))])  # type: ignore[no-untyped-call]
+        with database.snapshot() as snapshot:
+            found = snapshot.read(
+                src.name, names, keys, limit=batch_size, retry=None, timeout=timeout
+            )
+            return [list(r) for r in found]
+
     start = time.monotonic()
-    order = [c.desc() if d else c.asc() for c, d in key]
     newest = sa.select(*[c for c, _ in key]).order_by(*[c.asc() if d else c.desc() for c, d in key])
     last = read(newest.limit(1), "reading the last key")
     after = None
@@ -198,21 +210,21 @@ def copy_table(
     try:
         with progress(None, f"copy {src.name} -> {dst.name}", mode=progress_mode) as bar:
             while last:
-                stmt = sa.select(*read_cols).where(at_or_before_condition(key, last[0]))
-                if after is not None:
-                    stmt = stmt.where(after_condition(key, after))
-                found = read(stmt.order_by(*order).limit(batch_size), f"after {rows} rows")
+                found = retry_call(
+                    functools.partial(read_batch, after, last[0]), policy,
+                    what=f"{what}: reading after {rows} rows", idempotent=True,
+                    resume=resume, deadline=clock,
+                )  # fmt: skip
                 if not found:
                     break
                 values = []
-                for r in found:
+                for r in found:  # raw values go back as they came; shards from decoded ones
+                    d = decode(r)
                     shard_values = [
-                        sc.compute([r[i] for i in idx])
+                        sc.compute([d[i] for i in idx])
                         for sc, idx in zip(shards, source_at, strict=True)
                     ]
-                    mine = r[: len(copied)]
-                    cells = [p(v) if p else v for p, v in zip(encoders, mine, strict=True)]
-                    values.append(cells + shard_values)
+                    values.append(r[: len(copied)] + shard_values)
                 after = [found[-1][i] for i in key_at]
                 also = []
                 if cursor_table is not None:  # saved in the batch's own commit
