@@ -268,12 +268,43 @@ def _shared_key(src: sa.Table, dst: sa.Table) -> list[str]:
     return shared
 
 
-def _union(src: sa.Table, dst: sa.Table, extra: Sequence[str] = ()) -> tuple[str, list[str]]:
+#: rows per comparison query: the emulator holds an aggregation in 128 MB
+ROWS_PER_BUCKET = 25_000
+
+
+def _bucket_sql(src: sa.Table, shared: Sequence[str], bucket: tuple[int, int]) -> str:
+    """`` WHERE <the shared key's hash> mod K = i``: one bucket of K."""
+    i, k = bucket
+    if k == 1:
+        return ""
+    parts = [
+        f"IFNULL(TO_BASE64({quote(n)}), '')" if isinstance(src.c[n].type, sa.LargeBinary)
+        else f"IFNULL(CAST({quote(n)} AS STRING), '')"
+        for n in shared
+    ]  # fmt: skip
+    joined = ", '|', ".join(parts)
+    fp = f"FARM_FINGERPRINT(CONCAT({joined}, ''))"
+    return f" WHERE MOD(MOD({fp}, {k}) + {k}, {k}) = {i}"
+
+
+def _buckets(bind: Any, src: sa.Table, buckets: int | None, call_timeout: float) -> int:
+    if buckets is not None:
+        return max(1, int(buckets))
+    with connect(bind) as conn:
+        n = _timed(conn, call_timeout).execute(sa.select(sa.func.count()).select_from(src))
+        return max(1, -(-int(n.scalar_one()) // ROWS_PER_BUCKET))
+
+
+def _union(
+    src: sa.Table, dst: sa.Table, extra: Sequence[str] = (), bucket: tuple[int, int] = (0, 1)
+) -> tuple[str, list[str]]:
     """Both tables' rows as one list tagged with their side (1: source, 2: target), by the
     shared key then the shared value columns: grouping it compares the tables in one
     aggregation (an anti-join is a nested loop on the emulator). ``extra`` target columns
-    ride along (NULL on the source side)."""
+    ride along (NULL on the source side); ``bucket`` (i, K) keeps the rows whose shared
+    key hashes to i of K, so each query's aggregation stays small."""
     shared = _shared_key(src, dst)
+    where = _bucket_sql(src, shared, bucket)
     new_shards = {sc.name for sc in shard_columns(dst)}
     values = [c for c in dst.c if c.name not in new_shards and c.name not in shared]
     cols = [quote(n) for n in shared] + [
@@ -286,28 +317,34 @@ def _union(src: sa.Table, dst: sa.Table, extra: Sequence[str] = ()) -> tuple[str
     more_src = "".join(f", NULL AS x{i}" for i in range(len(extra)))
     more_dst = "".join(f", {quote(n)} AS x{i}" for i, n in enumerate(extra))
     sql = (
-        f"SELECT {picked}{more_src}, 1 AS side FROM {quote(src.name, 'table')} UNION ALL "
-        f"SELECT {picked}{more_dst}, 2 AS side FROM {quote(dst.name, 'table')}"
+        f"SELECT {picked}{more_src}, 1 AS side FROM {quote(src.name, 'table')}{where} "
+        f"UNION ALL SELECT {picked}{more_dst}, 2 AS side FROM {quote(dst.name, 'table')}{where}"
     )
     return sql, names[: len(shared)] + ["|"] + names[len(shared) :]
 
 
-def prune_target(bind: Any, source: Any, target: Any, *, call_timeout: float = 300.0) -> int:
+def prune_target(
+    bind: Any, source: Any, target: Any, *, call_timeout: float = 300.0, buckets: int | None = None
+) -> int:
     """Delete the rows of ``target`` whose shared key has no row in ``source``; returns how
-    many. Only for a final pass, when nothing writes ``source`` any more."""
+    many. Only for a final pass, when nothing writes ``source`` any more. ``buckets``: how
+    many queries the comparison is split into (None: one per 25,000 rows)."""
     src, dst = table_of(source), table_of(target)
     policy = RetryPolicy(call_timeout=call_timeout)
     key = list(dst.primary_key.columns)
     shared = _shared_key(src, dst)
     rest = [c.name for c in key if c.name not in shared]
-    union, names = _union(src, dst, rest)
-    k = names[: names.index("|")]
-    sql = (
-        f"SELECT {', '.join(k)}{''.join(f', MAX(x{i})' for i in range(len(rest)))} "
-        f"FROM ({union}) GROUP BY {', '.join(k)} HAVING MIN(side) = 2"
-    )
-    with connect(bind) as conn:
-        found = [list(r) for r in _timed(conn, call_timeout).execute(sa.text(sql))]
+    found: list[list[Any]] = []
+    n = _buckets(bind, src, buckets, call_timeout)
+    for b in range(n):
+        union, names = _union(src, dst, rest, (b, n))
+        k = names[: names.index("|")]
+        sql = (
+            f"SELECT {', '.join(k)}{''.join(f', MAX(x{i})' for i in range(len(rest)))} "
+            f"FROM ({union}) GROUP BY {', '.join(k)} HAVING MIN(side) = 2"
+        )
+        with connect(bind) as conn:
+            found += [list(r) for r in _timed(conn, call_timeout).execute(sa.text(sql))]
     order = shared + rest
     stmt = sa.delete(dst).where(*[c == sa.bindparam(f"k_{c.key}") for c in key])
     for i in range(0, len(found), 1000):
@@ -330,25 +367,32 @@ def missing_rows_check_sql(source: Any, target: Any, message: str) -> str:
 
 
 def compare_tables(
-    bind: Any, source: Any, target: Any, *, call_timeout: float = 300.0
+    bind: Any,
+    source: Any,
+    target: Any,
+    *,
+    call_timeout: float = 300.0,
+    buckets: int | None = None,
 ) -> dict[str, int]:
     """``{"missing_in_target": n, "missing_in_source": m, "different": d}``: rows of one
     table with no row of the same shared key in the other, and rows of both whose shared
-    columns differ (all 0: the tables hold the same rows). One scan of each table."""
+    columns differ (all 0: the tables hold the same rows). ``buckets`` queries (None: one
+    per 25,000 source rows), each scanning both tables for its share of the keys."""
     src, dst = table_of(source), table_of(target)
-    union, names = _union(src, dst)
-    k = names[: names.index("|")]
-    everything = ", ".join(n for n in names if n != "|")
-    sql = (
-        "SELECT COUNTIF(n = 1 AND side = 1), COUNTIF(n = 1 AND side = 2), COUNTIF(n > 1) "
-        f"FROM (SELECT COUNT(*) AS n, MIN(side) AS side FROM (SELECT {', '.join(k)}, "
-        f"MIN(side) AS side FROM ({union}) GROUP BY {everything} HAVING COUNT(*) = 1) "
-        f"GROUP BY {', '.join(k)})"
-    )
-    with connect(bind) as conn:
-        row = _timed(conn, call_timeout).execute(sa.text(sql)).one()
-    return {
-        "missing_in_target": int(row[0] or 0),
-        "missing_in_source": int(row[1] or 0),
-        "different": int(row[2] or 0),
-    }
+    out = {"missing_in_target": 0, "missing_in_source": 0, "different": 0}
+    n = _buckets(bind, src, buckets, call_timeout)
+    for b in range(n):
+        union, names = _union(src, dst, (), (b, n))
+        k = names[: names.index("|")]
+        everything = ", ".join(x for x in names if x != "|")
+        sql = (
+            "SELECT COUNTIF(n = 1 AND side = 1), COUNTIF(n = 1 AND side = 2), COUNTIF(n > 1) "
+            f"FROM (SELECT COUNT(*) AS n, MIN(side) AS side FROM (SELECT {', '.join(k)}, "
+            f"MIN(side) AS side FROM ({union}) GROUP BY {everything} HAVING COUNT(*) = 1) "
+            f"GROUP BY {', '.join(k)})"
+        )
+        with connect(bind) as conn:
+            row = _timed(conn, call_timeout).execute(sa.text(sql)).one()
+        for name, v in zip(out, row, strict=True):
+            out[name] += int(v or 0)
+    return out
