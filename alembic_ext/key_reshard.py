@@ -193,7 +193,8 @@ def _copy(operations: Operations, op: CopyTableRowsOp, *, prune: bool) -> None:
             cursor_table=CURSOR_TABLE, prune=prune,
         )  # fmt: skip
         with engine.connect() as conn:
-            left = conn.execute(sa.text(f"SELECT COUNT(*) FROM `{CURSOR_TABLE}`")).scalar_one()
+            count = sa.text(f"SELECT COUNT(*) FROM `{CURSOR_TABLE}`")
+            left = conn.execution_options(timeout=op.call_timeout).execute(count).scalar_one()
     if not left:
         operations.drop_table(CURSOR_TABLE)
         if flush is not None:

@@ -268,6 +268,17 @@ def backfill(**kw: Any) -> Callable[[], object]:
 # ----------------------------------------------------------------------------- the catalogue
 
 C = Case
+
+_PLAIN: dict[str, sa.Table] = {}
+
+
+def _plain(name: str) -> sa.Table:
+    """A table with no shard column (one per name, so the same name is the same table)."""
+    if name not in _PLAIN:
+        _PLAIN[name] = sa.Table(name, sa.MetaData(), sa.Column("id", sa.Integer, primary_key=True))
+    return _PLAIN[name]
+
+
 CASES: list[Case] = [
     # compute_shard: values
     C("compute_shard", "None", "None", lambda: so.compute_shard(None, 8), ShardValueError, "None"),
@@ -340,6 +351,9 @@ CASES: list[Case] = [
     C("ShardSpec", "out-of-range int", "count=0", lambda: so.ShardSpec(("a",), 0), ShardConfigError, "shard count"),
     C("ShardSpec", "empty collection", "sources=()", lambda: so.ShardSpec((), 8), ShardConfigError, "source"),
     C("watch", "None", "None", lambda: so.watch(None), ShardTypeError, "None"),
+    C("declare_successor", "None", "None", lambda: so.declare_successor(None, None), ShardTypeError, "None"),
+    C("declare_successor", "bad option", "a table as its own successor", lambda: so.declare_successor(_plain("A"), _plain("A")), ShardConfigError, "its own successor"),
+    C("declare_successor", "bad option", "a successor without a key shard", lambda: so.declare_successor(_plain("A"), _plain("B")), ShardConfigError, "no shard column in its primary key"),
     C("watch", "wrong type", "a URL string", lambda: so.watch("sqlite://"), ShardTypeError, "sqlite://"),
     C("shard_columns", "None", "None", lambda: so.shard_columns(None), ShardTypeError, "None"),
     C("shard_columns", "wrong type", "'LogEntries' (a name)", lambda: so.shard_columns("LogEntries"), ShardTypeError, "LogEntries"),

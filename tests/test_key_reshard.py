@@ -116,9 +116,10 @@ def test_copy_resumes_from_its_saved_cursor_and_prunes(spanner_engine: sa.Engine
     with engine.begin() as c:  # old code, unaware of Events16, deletes and changes rows
         c.execute(sa.delete(Event8).where(Event8.event_id.in_(["e00001", "e00700"])))
         c.execute(sa.update(Event8).where(Event8.event_id == "e00002").values(kind="new"))
-    assert compare_tables(engine, Event8, Event16) == {
-        "missing_in_target": 0, "missing_in_source": 2, "different": 1,
-    }  # fmt: skip
+    for buckets in (None, 1, 3):  # split into queries by key hash: the same counts
+        assert compare_tables(engine, Event8, Event16, buckets=buckets) == {
+            "missing_in_target": 0, "missing_in_source": 2, "different": 1,
+        }  # fmt: skip
     final = copy_table(engine, Event8, Event16, progress_mode="off", cursor_table="CopyCursors",
                        prune=True)  # fmt: skip
     assert not final.resumed and final.rows == 1198 and final.pruned == 2

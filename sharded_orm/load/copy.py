@@ -34,9 +34,8 @@ from typing import Any
 import sqlalchemy as sa
 
 from sharded_orm.errors import ShardConfigError
-from sharded_orm.load.verify import connect, quote
+from sharded_orm.load.verify import connect, quote, row_decoder
 from sharded_orm.progress import progress
-from sharded_orm.read.order import after_condition, at_or_before_condition
 from sharded_orm.retry import Deadline, RetryPolicy, retry_call
 from sharded_orm.schema.columns import shard_columns, table_of
 from sharded_orm.schema.keys import is_descending
@@ -117,6 +116,19 @@ def _timed(conn: Any, seconds: float) -> Any:
     return conn.execution_options(timeout=seconds)
 
 
+def _write(
+    bind: Any, stmt: Any, params: Any, policy: RetryPolicy, clock: Deadline | None, what: str
+) -> None:
+    """One DML statement in its own transaction, with a timeout, retried (ABORTED etc.):
+    the statements given here are idempotent deletes."""
+
+    def attempt(timeout: float) -> None:
+        with connect(bind) as conn, conn.begin():
+            _timed(conn, timeout).execute(stmt, params)
+
+    retry_call(attempt, policy, what=what, idempotent=True, deadline=clock)
+
+
 def _saved_cursor(bind: Any, table: str, src: str, dst: str, seconds: float) -> list[Any] | None:
     t = sa.table(table, *[sa.column(c) for c in CURSOR_COLUMNS])
     stmt = sa.select(t.c.Cursor).where(t.c.Source == src, t.c.Target == dst)
@@ -156,9 +168,7 @@ def copy_table(
     columns = [dst.c[mp.copied[i][1]].name for i in range(len(copied))] + [sc.name for sc in shards]
     source_at = [[at[src.c[k].name] for k in sc.source_keys] for sc in shards]
     key_at = [at[c.name] for c, _ in key]
-    encoders = [
-        src.c[n].type.dialect_impl(bind.dialect).bind_processor(bind.dialect) for n in copied
-    ]
+    decode = row_decoder(read_cols, bind.dialect)  # raw values -> what the shard hashes
     policy = RetryPolicy(call_timeout=call_timeout, deadline=deadline)
     clock = Deadline(deadline)
     what = f"copy of {src.name} into {dst.name}"
@@ -172,8 +182,23 @@ def copy_table(
         return retry_call(attempt, policy, what=f"{what}: {why}", idempotent=True,
                           resume=resume, deadline=clock)  # fmt: skip
 
+    database = database_of(bind)
+    names = [c.name for c in read_cols]
+
+    def read_batch(after: list[Any] | None, last: list[Any], timeout: float) -> list[Any]:
+        """The next rows after ``after`` up to ``last`` in stored order: the Read API's key
+        range seeks there (a SQL keyset condition rescans from the start on the emulator)."""
+        from google.cloud.spanner_v1 import KeyRange, KeySet
+
+        start = {"start_open": list(after)} if after is not None else {"start_closed": []}
+        keys = KeySet(ranges=[KeyRange(**start, end_closed=list(last))])  # type: ignore[no-untyped-call]
+        with database.snapshot() as snapshot:
+            found = snapshot.read(
+                src.name, names, keys, limit=batch_size, retry=None, timeout=timeout
+            )
+            return [list(r) for r in found]
+
     start = time.monotonic()
-    order = [c.desc() if d else c.asc() for c, d in key]
     newest = sa.select(*[c for c, _ in key]).order_by(*[c.asc() if d else c.desc() for c, d in key])
     last = read(newest.limit(1), "reading the last key")
     after = None
@@ -185,21 +210,21 @@ def copy_table(
     try:
         with progress(None, f"copy {src.name} -> {dst.name}", mode=progress_mode) as bar:
             while last:
-                stmt = sa.select(*read_cols).where(at_or_before_condition(key, last[0]))
-                if after is not None:
-                    stmt = stmt.where(after_condition(key, after))
-                found = read(stmt.order_by(*order).limit(batch_size), f"after {rows} rows")
+                found = retry_call(
+                    functools.partial(read_batch, after, last[0]), policy,
+                    what=f"{what}: reading after {rows} rows", idempotent=True,
+                    resume=resume, deadline=clock,
+                )  # fmt: skip
                 if not found:
                     break
                 values = []
-                for r in found:
+                for r in found:  # raw values go back as they came; shards from decoded ones
+                    d = decode(r)
                     shard_values = [
-                        sc.compute([r[i] for i in idx])
+                        sc.compute([d[i] for i in idx])
                         for sc, idx in zip(shards, source_at, strict=True)
                     ]
-                    mine = r[: len(copied)]
-                    cells = [p(v) if p else v for p, v in zip(encoders, mine, strict=True)]
-                    values.append(cells + shard_values)
+                    values.append(r[: len(copied)] + shard_values)
                 after = [found[-1][i] for i in key_at]
                 also = []
                 if cursor_table is not None:  # saved in the batch's own commit
@@ -223,10 +248,8 @@ def copy_table(
         pruned = prune_target(bind, src, dst, call_timeout=call_timeout) if prune else 0
         if cursor_table is not None:  # a complete walk: the next run walks it all again
             t = sa.table(cursor_table, *[sa.column(c) for c in CURSOR_COLUMNS])
-            with connect(bind) as conn, conn.begin():
-                _timed(conn, call_timeout).execute(
-                    sa.delete(t).where(t.c.Source == src.name, t.c.Target == dst.name)
-                )
+            done = sa.delete(t).where(t.c.Source == src.name, t.c.Target == dst.name)
+            _write(bind, done, None, policy, clock, f"{what}: clearing its cursor")
     finally:
         raw.close()
     return CopyResult(src.name, dst.name, rows, batches, time.monotonic() - start, pruned, resumed)
@@ -245,12 +268,43 @@ def _shared_key(src: sa.Table, dst: sa.Table) -> list[str]:
     return shared
 
 
-def _union(src: sa.Table, dst: sa.Table, extra: Sequence[str] = ()) -> tuple[str, list[str]]:
+#: rows per comparison query: the emulator holds an aggregation in 128 MB
+ROWS_PER_BUCKET = 25_000
+
+
+def _bucket_sql(src: sa.Table, shared: Sequence[str], bucket: tuple[int, int]) -> str:
+    """`` WHERE <the shared key's hash> mod K = i``: one bucket of K."""
+    i, k = bucket
+    if k == 1:
+        return ""
+    parts = [
+        f"IFNULL(TO_BASE64({quote(n)}), '')" if isinstance(src.c[n].type, sa.LargeBinary)
+        else f"IFNULL(CAST({quote(n)} AS STRING), '')"
+        for n in shared
+    ]  # fmt: skip
+    joined = ", '|', ".join(parts)
+    fp = f"FARM_FINGERPRINT(CONCAT({joined}, ''))"
+    return f" WHERE MOD(MOD({fp}, {k}) + {k}, {k}) = {i}"
+
+
+def _buckets(bind: Any, src: sa.Table, buckets: int | None, call_timeout: float) -> int:
+    if buckets is not None:
+        return max(1, int(buckets))
+    with connect(bind) as conn:
+        n = _timed(conn, call_timeout).execute(sa.select(sa.func.count()).select_from(src))
+        return max(1, -(-int(n.scalar_one()) // ROWS_PER_BUCKET))
+
+
+def _union(
+    src: sa.Table, dst: sa.Table, extra: Sequence[str] = (), bucket: tuple[int, int] = (0, 1)
+) -> tuple[str, list[str]]:
     """Both tables' rows as one list tagged with their side (1: source, 2: target), by the
     shared key then the shared value columns: grouping it compares the tables in one
     aggregation (an anti-join is a nested loop on the emulator). ``extra`` target columns
-    ride along (NULL on the source side)."""
+    ride along (NULL on the source side); ``bucket`` (i, K) keeps the rows whose shared
+    key hashes to i of K, so each query's aggregation stays small."""
     shared = _shared_key(src, dst)
+    where = _bucket_sql(src, shared, bucket)
     new_shards = {sc.name for sc in shard_columns(dst)}
     values = [c for c in dst.c if c.name not in new_shards and c.name not in shared]
     cols = [quote(n) for n in shared] + [
@@ -263,35 +317,40 @@ def _union(src: sa.Table, dst: sa.Table, extra: Sequence[str] = ()) -> tuple[str
     more_src = "".join(f", NULL AS x{i}" for i in range(len(extra)))
     more_dst = "".join(f", {quote(n)} AS x{i}" for i, n in enumerate(extra))
     sql = (
-        f"SELECT {picked}{more_src}, 1 AS side FROM {quote(src.name, 'table')} UNION ALL "
-        f"SELECT {picked}{more_dst}, 2 AS side FROM {quote(dst.name, 'table')}"
+        f"SELECT {picked}{more_src}, 1 AS side FROM {quote(src.name, 'table')}{where} "
+        f"UNION ALL SELECT {picked}{more_dst}, 2 AS side FROM {quote(dst.name, 'table')}{where}"
     )
     return sql, names[: len(shared)] + ["|"] + names[len(shared) :]
 
 
-def prune_target(bind: Any, source: Any, target: Any, *, call_timeout: float = 300.0) -> int:
+def prune_target(
+    bind: Any, source: Any, target: Any, *, call_timeout: float = 300.0, buckets: int | None = None
+) -> int:
     """Delete the rows of ``target`` whose shared key has no row in ``source``; returns how
-    many. Only for a final pass, when nothing writes ``source`` any more."""
+    many. Only for a final pass, when nothing writes ``source`` any more. ``buckets``: how
+    many queries the comparison is split into (None: one per 25,000 rows)."""
     src, dst = table_of(source), table_of(target)
+    policy = RetryPolicy(call_timeout=call_timeout)
     key = list(dst.primary_key.columns)
     shared = _shared_key(src, dst)
     rest = [c.name for c in key if c.name not in shared]
-    union, names = _union(src, dst, rest)
-    k = names[: names.index("|")]
-    sql = (
-        f"SELECT {', '.join(k)}{''.join(f', MAX(x{i})' for i in range(len(rest)))} "
-        f"FROM ({union}) GROUP BY {', '.join(k)} HAVING MIN(side) = 2"
-    )
-    with connect(bind) as conn:
-        found = [list(r) for r in _timed(conn, call_timeout).execute(sa.text(sql))]
+    found: list[list[Any]] = []
+    n = _buckets(bind, src, buckets, call_timeout)
+    for b in range(n):
+        union, names = _union(src, dst, rest, (b, n))
+        k = names[: names.index("|")]
+        sql = (
+            f"SELECT {', '.join(k)}{''.join(f', MAX(x{i})' for i in range(len(rest)))} "
+            f"FROM ({union}) GROUP BY {', '.join(k)} HAVING MIN(side) = 2"
+        )
+        with connect(bind) as conn:
+            found += [list(r) for r in _timed(conn, call_timeout).execute(sa.text(sql))]
     order = shared + rest
     stmt = sa.delete(dst).where(*[c == sa.bindparam(f"k_{c.key}") for c in key])
     for i in range(0, len(found), 1000):
         chunk = [dict(zip(order, r, strict=True)) for r in found[i : i + 1000]]
-        with connect(bind) as conn, conn.begin():
-            _timed(conn, call_timeout).execute(
-                stmt, [{f"k_{c.key}": r[c.name] for c in key} for r in chunk]
-            )
+        params = [{f"k_{c.key}": r[c.name] for c in key} for r in chunk]
+        _write(bind, stmt, params, policy, None, f"pruning {dst.name}")
     return len(found)
 
 
@@ -308,25 +367,32 @@ def missing_rows_check_sql(source: Any, target: Any, message: str) -> str:
 
 
 def compare_tables(
-    bind: Any, source: Any, target: Any, *, call_timeout: float = 300.0
+    bind: Any,
+    source: Any,
+    target: Any,
+    *,
+    call_timeout: float = 300.0,
+    buckets: int | None = None,
 ) -> dict[str, int]:
     """``{"missing_in_target": n, "missing_in_source": m, "different": d}``: rows of one
     table with no row of the same shared key in the other, and rows of both whose shared
-    columns differ (all 0: the tables hold the same rows). One scan of each table."""
+    columns differ (all 0: the tables hold the same rows). ``buckets`` queries (None: one
+    per 25,000 source rows), each scanning both tables for its share of the keys."""
     src, dst = table_of(source), table_of(target)
-    union, names = _union(src, dst)
-    k = names[: names.index("|")]
-    everything = ", ".join(n for n in names if n != "|")
-    sql = (
-        "SELECT COUNTIF(n = 1 AND side = 1), COUNTIF(n = 1 AND side = 2), COUNTIF(n > 1) "
-        f"FROM (SELECT COUNT(*) AS n, MIN(side) AS side FROM (SELECT {', '.join(k)}, "
-        f"MIN(side) AS side FROM ({union}) GROUP BY {everything} HAVING COUNT(*) = 1) "
-        f"GROUP BY {', '.join(k)})"
-    )
-    with connect(bind) as conn:
-        row = _timed(conn, call_timeout).execute(sa.text(sql)).one()
-    return {
-        "missing_in_target": int(row[0] or 0),
-        "missing_in_source": int(row[1] or 0),
-        "different": int(row[2] or 0),
-    }
+    out = {"missing_in_target": 0, "missing_in_source": 0, "different": 0}
+    n = _buckets(bind, src, buckets, call_timeout)
+    for b in range(n):
+        union, names = _union(src, dst, (), (b, n))
+        k = names[: names.index("|")]
+        everything = ", ".join(x for x in names if x != "|")
+        sql = (
+            "SELECT COUNTIF(n = 1 AND side = 1), COUNTIF(n = 1 AND side = 2), COUNTIF(n > 1) "
+            f"FROM (SELECT COUNT(*) AS n, MIN(side) AS side FROM (SELECT {', '.join(k)}, "
+            f"MIN(side) AS side FROM ({union}) GROUP BY {everything} HAVING COUNT(*) = 1) "
+            f"GROUP BY {', '.join(k)})"
+        )
+        with connect(bind) as conn:
+            row = _timed(conn, call_timeout).execute(sa.text(sql)).one()
+        for name, v in zip(out, row, strict=True):
+            out[name] += int(v or 0)
+    return out
