@@ -17,24 +17,37 @@ DDL; MySQL does the same implicitly): the driver's open transaction, holding the
 before the step, commits; the SQLAlchemy transaction, Alembic's inside
 ``run_migrations`` or the caller's, stays open, its isolation level untouched, and the
 statements after the step commit or roll back with it, as its owner decides. Other
-databases get Alembic's ``autocommit_block``.
+databases get Alembic's ``autocommit_block``, and, in a transaction Alembic did not
+begin, an error saying to commit or roll it back first instead of its bare assertion.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 
 from alembic.runtime.migration import MigrationContext
+
+from .errors import MigrationError
 
 
 @contextmanager
 def own_transactions(ctx: MigrationContext) -> Iterator[None]:
     """Run the ``with`` body after the migration's work so far is committed."""
     end = getattr(ctx.impl, "end_transaction", None)
-    if end is None:
-        with ctx.autocommit_block():
-            yield
+    if end is not None:
+        end()
+        yield
         return
-    end()
-    yield
+    with ExitStack() as stack:
+        try:
+            stack.enter_context(ctx.autocommit_block())
+        except AssertionError as exc:  # Alembic's: a transaction it did not begin
+            raise MigrationError(
+                "this operation writes in its own transactions, so the work before it must "
+                "be committed first, and the connection is in a transaction Alembic did not "
+                "begin (Operations used directly after a statement, or inside "
+                f"connection.begin()), which only its owner may end on {ctx.dialect.name!r}. "
+                "Commit or roll it back (connection.commit()) before this operation."
+            ) from exc
+        yield

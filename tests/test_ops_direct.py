@@ -22,6 +22,7 @@ from alembic.operations import Operations
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
+from alembic_ext.errors import MigrationError
 from alembic_ext.ops import PROGRESS_ATTRIBUTE
 from sharded_orm import TimestampShardedMixin, compute_shard
 
@@ -209,3 +210,28 @@ def test_env_py_sharing_the_callers_connection_in_a_transaction(
     _filled_as_the_model_says(engine, 90)
     with engine.connect() as conn:
         assert conn.execute(sa.text("SELECT version_num FROM alembic_version")).all() == [("a1",)]
+
+
+def test_another_database_says_to_end_the_callers_transaction(tmp_path: Path) -> None:
+    """Elsewhere the op keeps Alembic's autocommit_block; where that cannot run (the
+    caller's transaction) the error says what to do instead of a bare AssertionError."""
+    engine = sa.create_engine(f"sqlite:///{tmp_path / 'db.sqlite'}")
+    table = _seeded(engine, 20)
+    with engine.connect() as conn:
+        op = Operations(MigrationContext.configure(conn))
+        op.add_column("Logs", sa.Column("Shard4", sa.BigInteger, nullable=True))
+        conn.execute(sa.text("SELECT 1")).all()
+        level = conn.get_isolation_level()
+        kw: dict[str, Any] = dict(sources=["CompanyId", "Ts"], count=4)
+        with pytest.raises(MigrationError, match=r"Commit or roll it back \(connection"):
+            op.backfill_shard("Logs", "Shard4", **kw)
+        assert conn.in_transaction() and conn.get_isolation_level() == level
+        conn.commit()
+        op.backfill_shard("Logs", "Shard4", **kw)
+        assert conn.get_isolation_level() == level
+        shard = sa.column("Shard4", sa.BigInteger)
+        rows = conn.execute(sa.select(table.c.CompanyId, table.c.Ts, shard)).all()
+    engine.dispose()
+    utc = dt.timezone.utc  # SQLite gives naive datetimes back: they are UTC
+    assert len(rows) == 20
+    assert all(compute_shard((c, ts.replace(tzinfo=utc)), 4) == s for c, ts, s in rows)
