@@ -95,9 +95,10 @@ class BackfillShardOp(MigrateOperation):
         client), ``"client"``, ``"partitioned_dml"``, or ``"external"`` (filled out of
         band, e.g. by the Beam pipeline: only checked, failing with what to run).
 
-        It writes in its own transactions, so, as a schema change does on Spanner, it
-        first commits the connection's open transaction (the work before it); the
-        SQLAlchemy transaction, Alembic's or the caller's, stays open for what follows."""
+        It writes in its own transactions, so the work before it is committed first: on
+        Spanner, as before a schema change, the connection's open transaction commits and
+        the SQLAlchemy transaction, Alembic's or the caller's, stays open for what
+        follows; elsewhere, Alembic's ``autocommit_block`` (:mod:`alembic_ext.steps`)."""
         op = cls(
             table_name, column_name, sources=sources, count=count,
             algorithm=algorithm, batch_size=batch_size, engine=engine,
