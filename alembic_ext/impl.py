@@ -271,6 +271,14 @@ class SpannerImpl(DefaultImpl):
             return result
         return super()._exec(construct, *args, **kw)
 
+    def end_transaction(self) -> None:
+        """Before a step that writes in its own transactions (``op.backfill_shard``, a key
+        reshard's copy): pending DDL sent, the driver's open transaction committed, as
+        before a schema change. The SQLAlchemy transaction, Alembic's or the caller's,
+        stays open for what follows (see :mod:`alembic_ext.steps`)."""
+        self.flush_ddl()
+        self._end_driver_transaction()
+
     # -- existence checks (online) for statements Spanner has no IF [NOT] EXISTS for
 
     def _online(self) -> Connection | None:

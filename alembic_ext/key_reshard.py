@@ -34,6 +34,7 @@ from sharded_orm.checks import check_identifier
 from sharded_orm.errors import ShardConfigError
 
 from .errors import MigrationError
+from .steps import own_transactions
 
 #: ``Config.attributes`` key of a progress callback: the same key as ``op.backfill_shard``'s
 #: (``alembic_ext.ops.PROGRESS_ATTRIBUTE``; ops imports this module, so it is not imported)
@@ -186,7 +187,7 @@ def _copy(operations: Operations, op: CopyTableRowsOp, *, prune: bool) -> None:
     on_batch, mode = _progress(operations)
     from sharded_orm.load.copy import copy_table
 
-    with ctx.autocommit_block():
+    with own_transactions(ctx):
         copy_table(
             engine, source, target, batch_size=op.batch_size, deadline=op.deadline,
             call_timeout=op.call_timeout, progress_mode=mode, on_batch=on_batch,
@@ -246,7 +247,7 @@ def _check_external(operations: Operations, op: CopyTableRowsOp) -> None:
     if flush is not None:
         flush()
     source, target = _tables(operations, op, ctx.connection)
-    with ctx.autocommit_block():
+    with own_transactions(ctx):
         missing = compare_tables(ctx.connection.engine, source, target)["missing_in_target"]
     if missing:
         raise MigrationError(
@@ -320,7 +321,7 @@ def _run_verify(operations: Operations, op: VerifyTablesOp) -> None:
     if flush is not None:
         flush()
     source, target = _tables(operations, op.copy, ctx.connection)
-    with ctx.autocommit_block():
+    with own_transactions(ctx):
         diff = compare_tables(ctx.connection.engine, source, target)
     if op.allow_extra:
         diff.pop("missing_in_source")

@@ -4,11 +4,12 @@ Everything autogenerate writes is a plain ``op.*`` call with ``spanner_*`` keywo
 except filling a shard column on a table that has rows, which no stock op can do:
 
 ``op.backfill_shard(table, column, sources=[...], count=N, algorithm="crc32", engine=...)``
-    online: :func:`alembic_ext.backfill.backfill_shard` between two commits (Alembic's
-    ``autocommit_block``), batched, resumable, idempotent; ``engine`` picks the client,
-    Partitioned DML or an out-of-band fill (Beam) that it only checks. Offline (``--sql``):
-    the UPDATE that computes it (``farm_fingerprint``), then a statement that fails while
-    any row is unfilled (``crc32``: after the command that fills it, in a comment).
+    online: :func:`alembic_ext.backfill.backfill_shard` once the work before it is
+    committed (:mod:`alembic_ext.steps`), batched, resumable, idempotent; ``engine`` picks
+    the client, Partitioned DML or an out-of-band fill (Beam) that it only checks. Offline
+    (``--sql``): the UPDATE that computes it (``farm_fingerprint``), then a statement that
+    fails while any row is unfilled (``crc32``: after the command that fills it, in a
+    comment).
 
 The other classes here are autogenerate's internal plans (never in a migration file):
 they render as several plain ops and reverse into each other, so downgrades come out
@@ -31,6 +32,7 @@ from sharded_orm.hashing import shard_function
 from .backfill import DEADLINE_ATTRIBUTE, ENGINES, check_backfill_args
 from .errors import MigrationError
 from .markers import Marker
+from .steps import own_transactions
 
 #: ``alembic.config.Config.attributes`` key: a progress callback for ``op.backfill_shard``
 #: (``alembic_ext.BackfillProgress`` after each batch) instead of the stderr bar.
@@ -91,7 +93,12 @@ class BackfillShardOp(MigrateOperation):
 
         ``engine``: ``"auto"`` (Partitioned DML for farm_fingerprint on Spanner, else the
         client), ``"client"``, ``"partitioned_dml"``, or ``"external"`` (filled out of
-        band, e.g. by the Beam pipeline: only checked, failing with what to run)."""
+        band, e.g. by the Beam pipeline: only checked, failing with what to run).
+
+        It writes in its own transactions, so the work before it is committed first: on
+        Spanner, as before a schema change, the connection's open transaction commits and
+        the SQLAlchemy transaction, Alembic's or the caller's, stays open for what
+        follows; elsewhere, Alembic's ``autocommit_block`` (:mod:`alembic_ext.steps`)."""
         op = cls(
             table_name, column_name, sources=sources, count=count,
             algorithm=algorithm, batch_size=batch_size, engine=engine,
@@ -158,15 +165,13 @@ def _run_backfill(operations: Operations, op: BackfillShardOp) -> None:
     if ctx.connection is None:
         raise ShardConfigError("backfill_shard needs a database connection (online mode)")
     _model_check(operations, op)
-    flush = getattr(ctx.impl, "flush_ddl", None)
-    if flush is not None:
-        flush()  # the column must exist (and the old one be gone) before it is filled
     attrs = getattr(ctx.config, "attributes", None) or {}
     progress = attrs.get(PROGRESS_ATTRIBUTE, True)
     # The last step of a contract needs every row filled: the old column is dropped by
     # then, so old code fails loudly instead of adding a row without the new shard.
     contract = _after_old_layout_dropped(operations, op)
-    with ctx.autocommit_block():
+    # the column must exist (and the old one be gone), and the work before committed
+    with own_transactions(ctx):
         backfill_shard(
             ctx.connection,
             op.table_name,
