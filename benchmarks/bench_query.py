@@ -109,7 +109,7 @@ def main() -> None:
     print(f"{args.rows} rows per table, Spanner emulator, best of {args.rounds} rounds")
     print(
         f"{'N':>3} {'k':>5}  {'strategy':<20}{'stmts':>6}{'rows':>7}{'keys':>7}"
-        f"{'server rows':>12}{'CPU ms':>9}{'CPU x':>7}"
+        f"{'server rows':>12}{'CPU ms':>9}{'x one':>7}{'x per-shard':>12}"
     )
     with local_emulator() as emulator:
         db_id = emulator.create_database()
@@ -124,10 +124,12 @@ def main() -> None:
                 with engine.connect() as conn:
                     best = measure(conn, m, n, k, args, counter)
                 one = best["one query"][4]
+                per_shard = best["N per-shard queries"][4]
                 for name, (st, rows, keys, read, ms) in best.items():
                     print(
                         f"{n:>3} {k:>5}  {name:<20}{st:>6}{rows:>7}{keys:>7}{read:>12}"
-                        f"{ms:>9.1f}{ms / one:>7.2f}"
+                        f"{ms:>9.1f}{ms / one:>7.2f}{ms / per_shard:>12.2f}",
+                        flush=True,
                     )
         walk(engine, models[16], args.page, counter, cache)
         engine.dispose()

@@ -187,6 +187,38 @@ def test_item2_several_entities_and_columns_in_their_places(session: Session) ->
     assert [(type(a), b) for a, b in got] == [(Item, p.label) for _, p in truth]
 
 
+def test_pages_keep_several_entities_labels_and_aliases_in_their_places(
+    session: Session,
+) -> None:
+    """A page adds the sort key's columns after the user's and drops them again by
+    position (``Result.columns``): entities, an aliased entity, labelled columns (one
+    named like a label of ours) and a plain column keep their places on every page."""
+    boss = aliased(Person, name="boss")
+    extras = (
+        Person,
+        boss,
+        Item.ts.label("so_k0"),
+        (Item.id * 10).label("tenfold"),
+        Person.label,
+    )
+    stmt = newest().join(Item.owner).join(boss, boss.id == Item.owner_id).add_columns(*extras)
+    plain = sa.select(Item).join(Item.owner).join(boss, boss.id == Item.owner_id)
+    truth = session.execute(unsharded(plain.add_columns(*extras), stmt)).all()
+    assert len(truth) > 6
+    for size in (1, 4, 7):
+        pages, cursor = [], None
+        while True:
+            p = page(session, stmt, size, cursor)
+            assert all(len(row) == 1 + len(extras) for row in p.rows)
+            pages += p.rows
+            if (cursor := p.next_cursor) is None:
+                break
+        assert pages == truth, size
+        item, person, boss_row, ts, tenfold, label = pages[0]
+        assert (type(item), type(person), type(boss_row)) == (Item, Person, Person)
+        assert (ts, tenfold, label) == (item.ts, item.id * 10, person.label)
+
+
 def test_item3_the_database_orders_enum_and_nocase_columns(session: Session) -> None:
     by_colour = sharded_select_(Item, index="orm_item_by_colour")
     truth = session.scalars(unsharded(sa.select(Item), by_colour)).all()
