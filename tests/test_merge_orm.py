@@ -441,3 +441,42 @@ def test_orm_oracle_on_the_emulator(spanner_engine: sa.Engine, ex: dict[str, Any
     with Session(spanner_engine) as session:
         check(session, ex)
         session.commit()
+
+
+@pytest.mark.emulator
+@pytest.mark.parametrize("limit", [1, 5])
+def test_joined_eager_load_with_a_limit_on_the_emulator(
+    spanner_engine: sa.Engine, limit: int
+) -> None:
+    """The ORM wraps a LIMITed statement with a joined eager load in a subquery and
+    compiles parts of it on a default dialect: the correlated fan-out renders there too
+    (found by the oracle: ``CompileError``)."""
+    if not sa.inspect(spanner_engine).has_table("orm_item"):
+        OrmBase.metadata.create_all(spanner_engine)
+    with Session(spanner_engine) as session:
+        for loader in ("joined", "selectin"):
+            check(
+                session,
+                {
+                    "rows": [
+                        (
+                            i % 3 == 0,
+                            None if i % 7 == 0 else i % 9,
+                            i % 3,
+                            i % 7,
+                            i % 3 or None,
+                            i % 3,
+                        )
+                        for i in range(12)
+                    ],
+                    "entity": "item",
+                    "index": "ts",
+                    "shape": "one",
+                    "loader": loader,
+                    "distinct": False,
+                    "offset": 0,
+                    "limit": limit,
+                    "page": 2,
+                },
+            )
+        session.commit()
