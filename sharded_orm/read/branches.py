@@ -42,9 +42,11 @@ class MergeStats:
 
     ``statements``: statements sent. ``rows_transferred``: full rows (the user's rows)
     that came back. ``key_rows_transferred``: sort-key rows of the bound round.
-    ``server_rows_read``: the sum of the per-shard branches' LIMITs (each branch is an
-    index range read that stops at its LIMIT), an upper bound of the index rows read.
-    ``rounds``: per statement, ``{shard: LIMIT of its branch}``.
+    ``server_rows_read``: an upper bound of the index entries read: each branch is an
+    index range read that stops at its LIMIT, or, for a shard known to hold no more rows
+    up to the bound than round 1 saw, at the bound. ``rounds``: per statement,
+    ``{shard: rows the branch may give}`` (on Spanner one correlated LIMIT serves every
+    shard: the largest).
     """
 
     statements: int = 0
