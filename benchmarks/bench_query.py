@@ -94,9 +94,16 @@ def count_statements(engine: sa.Engine) -> tuple[list[int], list[Any]]:
     return counter, cache
 
 
+WALL: list[float] = [0.0]  # wall seconds of the last cpu() call
+
+
 def cpu(fn: Any) -> tuple[Any, float]:
-    start = time.process_time()
+    """(result, process CPU ms). The wall time goes to WALL: gRPC's wait loop costs the
+    client about 2 ms of CPU per second a statement waits on the server, and the
+    emulator answers a fan-out over 30,000 rows in seconds, where Spanner takes ms."""
+    start, wall = time.process_time(), time.perf_counter()
     out = fn()
+    WALL[0] = time.perf_counter() - wall
     return out, (time.process_time() - start) * 1000
 
 
@@ -109,7 +116,7 @@ def main() -> None:
     print(f"{args.rows} rows per table, Spanner emulator, best of {args.rounds} rounds")
     print(
         f"{'N':>3} {'k':>5}  {'strategy':<20}{'stmts':>6}{'rows':>7}{'keys':>7}"
-        f"{'server rows':>12}{'CPU ms':>9}{'CPU x':>7}"
+        f"{'server rows':>12}{'CPU ms':>9}{'x one':>7}{'x per-shard':>12}{'wall s':>8}"
     )
     with local_emulator() as emulator:
         db_id = emulator.create_database()
@@ -124,10 +131,12 @@ def main() -> None:
                 with engine.connect() as conn:
                     best = measure(conn, m, n, k, args, counter)
                 one = best["one query"][4]
-                for name, (st, rows, keys, read, ms) in best.items():
+                per_shard = best["N per-shard queries"][4]
+                for name, (st, rows, keys, read, ms, wall) in best.items():
                     print(
                         f"{n:>3} {k:>5}  {name:<20}{st:>6}{rows:>7}{keys:>7}{read:>12}"
-                        f"{ms:>9.1f}{ms / one:>7.2f}"
+                        f"{ms:>9.1f}{ms / one:>7.2f}{ms / per_shard:>12.2f}{wall:>8.2f}",
+                        flush=True,
                     )
         walk(engine, models[16], args.page, counter, cache)
         engine.dispose()
@@ -136,7 +145,8 @@ def main() -> None:
 def measure(
     conn: sa.Connection, m: Any, n: int, k: int, args: Any, counter: list[int]
 ) -> dict[str, list[Any]]:
-    """{strategy: [statements, rows, key rows, server rows read, CPU ms]}, best round."""
+    """{strategy: [statements, rows, key rows, server rows read, CPU ms, wall s]}, best
+    round."""
     t = m.__table__
     order = [t.c.ts.desc(), t.c.id]
     base = sharded_select(m, index=f"{t.name}_by_ts")
@@ -154,24 +164,24 @@ def measure(
     for _ in range(args.rounds):  # interleaved: each round runs every strategy once
         counter[0] = 0
         truth, ms = cpu(one_query)
-        keep(best, "one query", [counter[0], k, 0, args.rows, ms])
+        keep(best, "one query", [counter[0], k, 0, args.rows, ms, WALL[0]])
         counter[0] = 0
         top, ms = cpu(per_shard)
         assert [r[:2] for r in top] == [r[:2] for r in truth]
-        keep(best, "N per-shard queries", [counter[0], n * k, 0, n * k, ms])
+        keep(best, "N per-shard queries", [counter[0], n * k, 0, n * k, ms, WALL[0]])
         counter[0] = 0
         stats = MergeStats()
         got, ms = cpu(functools.partial(merged, conn, base.order_by(t.c.ts.desc()), k, stats=stats))
         assert [tuple(r) for r in got] == truth
         assert counter[0] <= 2 and stats.rows_transferred <= k
         figures = [counter[0], stats.rows_transferred, stats.key_rows_transferred]
-        keep(best, "merged()", [*figures, stats.server_rows_read, ms])
+        keep(best, "merged()", [*figures, stats.server_rows_read, ms, WALL[0]])
     return best
 
 
 def keep(best: dict[str, list[Any]], name: str, figures: list[Any]) -> None:
     """The round with the least CPU (the other figures do not vary between rounds)."""
-    if name not in best or figures[-1] < best[name][-1]:
+    if name not in best or figures[4] < best[name][4]:
         best[name] = figures
 
 
@@ -205,7 +215,7 @@ def walk(engine: sa.Engine, m: Any, size: int, counter: list[int], cache: list[A
             before = len(cache)
             p = page(conn, stmt, size, cursor)
             walked += len(p.rows)
-            if pages >= 2:
+            if pages >= 1:
                 hits.append(all(h == CACHE_HIT for h in cache[before:]))
             pages += 1
             if (cursor := p.next_cursor) is None:
@@ -216,7 +226,7 @@ def walk(engine: sa.Engine, m: Any, size: int, counter: list[int], cache: list[A
         f"page() walk of {seen} rows, page size {size}: {ours[0]} statements vs {keyset[0]} "
         f"for an unsharded keyset walk ({ours[0] / keyset[0]:.2f}x); client CPU "
         f"{ours[1]:.0f} ms vs {keyset[1]:.0f} ms ({ours[1] / keyset[1]:.2f}x); compiled-cache "
-        f"hit on every statement of pages 3..{pages}: {all(hits)}"
+        f"hit on every statement of pages 2..{pages}: {all(hits)}"
     )
 
 

@@ -301,3 +301,75 @@ def test_async_connection_and_session() -> None:
         await eng.dispose()
 
     asyncio.run(main())
+
+
+class WalkBase(DeclarativeBase):
+    pass
+
+
+class Walked(WalkBase):
+    __tablename__ = "walked"
+    id: Mapped[int] = mapped_column(primary_key=True, autoincrement=False)
+    ts: Mapped[dt.datetime] = mapped_column()
+    s: Mapped[int] = shard_column("id", count=16)
+    __table_args__ = (ShardedIndex("walked_by_ts", sa.desc("ts"), shard="s"),)
+
+
+@pytest.fixture()
+def walk_conn() -> Iterator[sa.Connection]:
+    eng = sa.create_engine("sqlite://")
+    WalkBase.metadata.create_all(eng)
+    with eng.begin() as c:
+        c.execute(
+            Walked.__table__.insert(),
+            [{"id": i, "ts": T0 + dt.timedelta(seconds=(i * 7919) % 1500)} for i in range(3000)],
+        )
+    with eng.connect() as c:
+        yield c
+    eng.dispose()
+
+
+def _walk(conn: sa.Connection, size: int, between: Any = None) -> tuple[list[int], list[int]]:
+    stmt = sharded_select(Walked, index="walked_by_ts")
+    ids, statements, cursor = [], [], None
+    while True:
+        p = page(conn, stmt, size, cursor)
+        ids += [r.id for r in p.rows]
+        statements.append(p.stats.statements)
+        if (cursor := p.next_cursor) is None:
+            return ids, statements
+        if between is not None:
+            between(ids)
+
+
+def test_a_walk_takes_one_statement_for_most_pages(walk_conn: sa.Connection) -> None:
+    """The bound round of one page finds the bounds of the next ten: those pages take one
+    statement each, so a walk sends about 1.1 statements a page (an unsharded keyset walk:
+    one)."""
+    t = Walked.__table__
+    truth = [r.id for r in walk_conn.execute(sa.select(t.c.id).order_by(t.c.ts.desc(), t.c.id))]
+    ids, statements = _walk(walk_conn, 100)
+    assert ids == truth
+    # an unsharded keyset walk sends 31 (the last one finds the end); ours: two for the
+    # pages that run the bound round (every 11th, and the last one, which has no bound)
+    assert len(statements) == 30 and sum(statements) <= 1.1 * 31, statements
+
+
+def test_a_walk_stays_exact_when_rows_go_between_pages(walk_conn: sa.Connection) -> None:
+    """A bound found before rows were deleted may hold fewer than a page: the page then
+    falls back to both rounds. No remaining row is skipped or repeated."""
+    t = Walked.__table__
+    gone: set[int] = set()
+
+    def delete_ahead(ids: list[int]) -> None:
+        rows = walk_conn.execute(
+            sa.select(t.c.id).order_by(t.c.ts.desc(), t.c.id).offset(len(ids) + len(gone))
+        ).all()
+        doomed = [r.id for r in rows[:150:3]]  # a third of the next page and a half
+        walk_conn.execute(t.delete().where(t.c.id.in_(doomed)))
+        gone.update(doomed)
+
+    ids, statements = _walk(walk_conn, 100, delete_ahead)
+    remaining = [r.id for r in walk_conn.execute(sa.select(t.c.id).order_by(t.c.ts.desc(), t.c.id))]
+    assert ids == remaining and not gone & set(ids)
+    assert max(statements) == 3  # a bounded page that came back short, then both rounds

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Boolean, and_, literal, or_, select, union_all
+from sqlalchemy import Boolean, and_, literal, literal_column, or_, select, union_all
 from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session
 
@@ -42,9 +42,11 @@ class MergeStats:
 
     ``statements``: statements sent. ``rows_transferred``: full rows (the user's rows)
     that came back. ``key_rows_transferred``: sort-key rows of the bound round.
-    ``server_rows_read``: the sum of the per-shard branches' LIMITs (each branch is an
-    index range read that stops at its LIMIT), an upper bound of the index rows read.
-    ``rounds``: per statement, ``{shard: LIMIT of its branch}``.
+    ``server_rows_read``: an upper bound of the index entries read: each branch is an
+    index range read that stops at its LIMIT, or, for a shard known to hold no more rows
+    up to the bound than round 1 saw, at the bound. ``rounds``: per statement,
+    ``{shard: rows the branch may give}`` (on Spanner one correlated LIMIT serves every
+    shard: the largest).
     """
 
     statements: int = 0
@@ -163,7 +165,8 @@ class MergeQuery:
         )
 
     def _order(self, terms: Sequence[Any]) -> list[Any]:
-        return [t.desc() if d else t.asc() for t, (_, d) in zip(terms, self.columns, strict=True)]
+        # ascending is the default: no ASC (every token costs the Spanner DB-API's parse)
+        return [t.desc() if d else t for t, (_, d) in zip(terms, self.columns, strict=True)]
 
     def branch(self, shard: int | None, labels: list[Any], lower: Any, upper: Any, n: int) -> Any:
         """One shard's first ``n`` rows in (lower, upper], as ``labels`` only (``upper``
@@ -233,10 +236,12 @@ class MergeQuery:
         self, shards: list[int], after: Any, b: int, want: int, stats: MergeStats
     ) -> list[Any]:
         """Round 1: the first ``want`` (sort key..., shard) rows, as the database orders them."""
-        labels = [*self.key_labels, self.shard_label]
+        # the correlated form names the shard itself: the branches need not select it
+        labels = self.key_labels if self.correlated else [*self.key_labels, self.shard_label]
         u = self.fan(labels, after, False, dict.fromkeys(shards, b), "so_b")
         keys = [u.c[lbl.name] for lbl in self.key_labels]
-        q = select(*keys, u.c.so_s).order_by(*self._order(keys)).limit(want)
+        shard = literal_column(SHARD_VAR) if self.correlated else u.c.so_s
+        q = select(*keys, shard).order_by(*self._order(keys)).limit(want)
         rows = list(self._execute(q))
         stats.statements += 1
         stats.key_rows_transferred += len(rows)

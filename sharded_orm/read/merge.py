@@ -4,23 +4,25 @@ SQLAlchemy executes.
 Every shard is sorted by the index, so the first ``K = offset + k`` rows of the whole
 range are the first ``K`` of the union of each shard's first rows. With ``N`` shards:
 
-1. **Bound** (sort keys only). One ``UNION ALL`` of per-shard branches, each the user's
-   statement restricted to one shard, ordered by the index and limited to
-   ``b = ceil(K/N)`` rows, selecting only the sort-key columns and the shard; the
-   database orders the union and returns its first ``K`` keys. If ``K`` came back, the
-   ``K``-th, ``T``, bounds the answer: no row after ``T`` is needed. Which shards may hold
-   more of the answer, and how many rows, follows from positions in that ordered result
-   alone (no Python comparison of values): a shard that sent ``b`` keys, the last strictly
-   before ``T`` at position ``p``, may hold at most ``K - p - 1`` more.
+1. **Bound** (sort keys only). The per-shard branches (the user's statement restricted
+   to one shard, ordered by the index), each limited to ``b = ceil(K/N) + floor(K/N)``
+   rows, selecting only the sort-key columns and the shard; the database orders them and
+   returns the first ``K`` keys. If ``K`` came back, the ``K``-th, ``T``, bounds the
+   answer: no row after ``T`` is needed. Which shards may hold more of the answer, and
+   how many rows, follows from positions in that ordered result alone (no Python
+   comparison of values): a shard that sent ``b`` keys, the last strictly before ``T``
+   at position ``p``, may hold at most ``K - p - 1`` more.
 2. **Rows.** The user's own statement, unchanged (entities, options, joins, execution
-   options), with the cursor's and the bound's conditions, joined on its primary key to
-   one ``UNION ALL`` of per-shard branches, each limited to what that shard may hold up to
-   ``T``, and the merge's ``ORDER BY ... LIMIT k OFFSET offset``. The database orders and
-   limits it; SQLAlchemy loads it through the caller's Connection or Session.
+   options), joined on its primary key to the keys of the per-shard branches up to
+   ``T``, each limited to what that shard may hold, with the merge's ``ORDER BY ...
+   LIMIT k OFFSET offset``. The database orders and limits it; SQLAlchemy loads it
+   through the caller's Connection or Session.
 
-When ``N*K <= N*b + K`` (few rows wanted, or few shards) round 1 would save no reads, and
-step 2 alone runs with every branch limited to ``K``: one statement. A statement that
-pins one shard is step 2 without branches. See docs/queries.md for the cost rule.
+The branches are one correlated subquery on Spanner, a ``UNION ALL`` elsewhere
+(``sharded_orm.read.fanout``). One statement (step 2 alone, every branch limited to
+``K``) when it reads few index entries (``single_statement``). A statement that pins one
+shard is step 2 without branches. A page's bound round also finds the bounds of the
+next pages, which then take step 2 alone. See docs/queries.md for the cost rule.
 """
 
 from __future__ import annotations
