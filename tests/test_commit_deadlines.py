@@ -124,3 +124,17 @@ def test_silent_server_at_a_migrations_commit_ends_in_time(
         version = conn.exec_driver_sql("SELECT version_num FROM alembic_version").scalar_one()
     assert version == second and _ids(direct) == ["x"]
     direct.dispose()
+
+
+def test_upstream_commit_still_takes_no_timeout() -> None:
+    """Why the commit runs in a thread: neither the DB-API's commit nor the client's
+    Transaction.commit takes a timeout or retry. Trips when upstream adds one: then pass
+    it per call instead (sharded_orm.spanner.commits)."""
+    import inspect
+
+    from google.cloud.spanner_dbapi.connection import Connection
+    from google.cloud.spanner_v1.transaction import Transaction
+
+    assert list(inspect.signature(Connection.commit).parameters) == ["self"]
+    params = inspect.signature(Transaction.commit).parameters
+    assert "timeout" not in params and "retry" not in params

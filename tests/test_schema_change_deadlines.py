@@ -185,3 +185,14 @@ def test_limits_must_be_positive_seconds(value: Any) -> None:
     with pytest.raises(MigrationError, match="must be a positive number of seconds"):
         ddl_timeouts({DDL_TIMEOUT_ATTRIBUTE: value})
     assert ddl_timeouts({}) == {"timeout": 6 * 3600.0, "call_timeout": 60.0}
+
+
+def test_upstream_update_ddl_still_takes_no_timeout() -> None:
+    """Why the impl sends through the admin API: ``Database.update_ddl`` takes no
+    timeout. Trips when upstream adds one (then pass it there)."""
+    import inspect
+
+    from google.cloud.spanner_v1.database import Database
+
+    params = inspect.signature(Database.update_ddl).parameters
+    assert "timeout" not in params and "retry" not in params
