@@ -52,6 +52,7 @@ from . import ops as _ops  # noqa: F401  (registers op.backfill_shard, op.alter_
 from .commit import commit_timeout, commit_within
 from .errors import MigrationError
 from .render import chain_render_item
+from .schema_change import SchemaChangeTimeout, apply_ddl, ddl_timeouts
 
 # Upstream's own deprecated calls, seen on every Alembic command: sqlalchemy-spanner's
 # pool "reset" listener reads the DB-API's deprecated ``inside_transaction``, and its
@@ -201,9 +202,12 @@ class SpannerImpl(DefaultImpl):
         self._added.clear()
         assert self.connection is not None
         database = database_of(self.connection)
+        limits = ddl_timeouts(self._attributes())
         self._end_driver_transaction()
-        try:
-            database.update_ddl(statements).result()
+        try:  # bounded: the client's update_ddl().result() waits for hours (.schema_change)
+            apply_ddl(database, statements, **limits)
+        except SchemaChangeTimeout:
+            raise
         except Exception as exc:
             listed = "; ".join(statements)
             raise MigrationError(

@@ -58,29 +58,24 @@ _LOCK = threading.Lock()
 
 
 class _Recorder:
-    """Stands in for a google-cloud-spanner Database: ``batch()`` records each commit."""
+    """Stands in for the writer's ``RawSpanner``: ``commit_writes`` records each commit."""
 
-    def batch(self) -> Any:
-        return _Batch()
+    def commit_writes(self, writes: list[Any], timeout: float) -> None:
+        assert 0 < timeout <= 60
+        mutations = [
+            Mutation(op, table, tuple(columns), tuple(v), 2)
+            for op, table, columns, values in writes
+            for v in values
+        ]
+        with _LOCK:
+            _COMMITS.append(mutations)
 
-
-class _Batch:
-    def __enter__(self) -> _Batch:
-        self.mutations: list[Mutation] = []
-        return self
-
-    def update(self, table: str, columns: list[str], values: list[list[Any]]) -> None:
-        for v in values:
-            self.mutations.append(Mutation("update", table, tuple(columns), tuple(v), 2))
-
-    def __exit__(self, *exc: object) -> None:
-        if exc[0] is None:
-            with _LOCK:
-                _COMMITS.append(self.mutations)
+    def close(self) -> None:
+        pass
 
 
 class _RecordingDatabase(Database):
-    def open(self) -> Any:
+    def writer(self) -> Any:
         return _Recorder()
 
 

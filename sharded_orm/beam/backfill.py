@@ -9,7 +9,13 @@ import sqlalchemy as sa
 from apache_beam.metrics.metric import Metrics
 
 from sharded_orm.beam.rows import load_model, model_path
-from sharded_orm.beam.spanner_io import Database, Mutation, ReadQuery
+from sharded_orm.beam.spanner_io import (
+    DEFAULT_COMMIT_TIMEOUT,
+    DEFAULT_READ_TIMEOUT,
+    Database,
+    Mutation,
+    ReadQuery,
+)
 from sharded_orm.beam.write import (
     DEFAULT_BATCH_BYTES,
     DEFAULT_BATCH_CELLS,
@@ -87,6 +93,8 @@ class Backfill(beam.PTransform[Any, Any]):
     ``backfill_server_side``); update mutations are written in batches under Spanner's
     limits. Idempotent: a rerun writes the same values, and with ``only_missing=True``
     (default) reads only the rows still NULL, so it also resumes an interrupted run.
+    ``read_timeout`` bounds the partitioning and each partition's read, ``commit_timeout``
+    each commit attempt (the client's defaults: an hour each).
 
     Returns ``{"written": ..., "unhashable": <rows whose sources cannot be hashed>}``.
     """
@@ -104,6 +112,8 @@ class Backfill(beam.PTransform[Any, Any]):
         batch_rows: int = DEFAULT_BATCH_ROWS,
         batch_cells: int = DEFAULT_BATCH_CELLS,
         credentials: Any = None,
+        commit_timeout: float = DEFAULT_COMMIT_TIMEOUT,
+        read_timeout: float = DEFAULT_READ_TIMEOUT,
     ) -> None:
         super().__init__()
         self.path = model_path(model)
@@ -114,7 +124,8 @@ class Backfill(beam.PTransform[Any, Any]):
             )
         self.column = sc.key
         self.sql, _ = backfill_query(model, column, only_missing)
-        self.read = ReadQuery(Database(project_id, instance_id, database_id, credentials), self.sql)
+        db = Database(project_id, instance_id, database_id, credentials)
+        self.read = ReadQuery(db, self.sql, timeout=read_timeout)
         self.writer = spanner_writer(
             project_id,
             instance_id,
@@ -123,6 +134,7 @@ class Backfill(beam.PTransform[Any, Any]):
             batch_rows=batch_rows,
             batch_cells=batch_cells,
             credentials=credentials,
+            commit_timeout=commit_timeout,
         )
 
     def expand(self, root: Any) -> dict[str, Any]:

@@ -15,7 +15,7 @@ from typing import Any
 
 import apache_beam as beam
 
-from sharded_orm.beam.spanner_io import Database, ReadQuery
+from sharded_orm.beam.spanner_io import DEFAULT_READ_TIMEOUT, Database, ReadQuery
 from sharded_orm.beam.write import WriteSharded
 from sharded_orm.load.verify import quote
 from sharded_orm.schema.columns import table_of
@@ -42,7 +42,9 @@ class CopyTable(beam.PTransform[Any, Any]):
     database_id=...)``: every row of the old model's table into the new model's.
 
     Returns what :class:`WriteSharded` returns (``written`` and ``dead_letter``). The new
-    model must be importable by the workers (a module-level class)."""
+    model must be importable by the workers (a module-level class). ``read_timeout``
+    bounds the partitioning and each partition's read; ``commit_timeout`` (among
+    ``write_kw``) each commit attempt."""
 
     def __init__(
         self,
@@ -53,11 +55,13 @@ class CopyTable(beam.PTransform[Any, Any]):
         instance_id: str,
         database_id: str,
         credentials: Any = None,
+        read_timeout: float = DEFAULT_READ_TIMEOUT,
         **write_kw: Any,
     ) -> None:
         super().__init__()
         self.sql, self.keys = copy_query(source, target)
         self.db = Database(project_id, instance_id, database_id, credentials)
+        self.read_timeout = read_timeout
         self.write = WriteSharded(
             target, project_id=project_id, instance_id=instance_id, database_id=database_id,
             credentials=credentials, mode="insert_or_update", **write_kw,
@@ -66,7 +70,7 @@ class CopyTable(beam.PTransform[Any, Any]):
     def expand(self, root: Any) -> Any:
         return (
             root
-            | "Read old table" >> ReadQuery(self.db, self.sql)
+            | "Read old table" >> ReadQuery(self.db, self.sql, timeout=self.read_timeout)
             | "As rows" >> beam.Map(_as_row, self.keys)
             | "Write new table" >> self.write
         )

@@ -9,10 +9,15 @@ nothing but picklable values between steps (so they run on the DirectRunner's
 * :class:`ReadQuery`: a root transform; one DoFn partitions the query in one batch
   snapshot (``generate_query_batches``), a reshuffle spreads the partitions, another
   DoFn reads each (``process_query_batch``): one consistent snapshot, read in parallel.
+  Each call carries ``read_timeout`` (the client's own is an hour per streamed read):
+  the partitioning, and each partition's whole read, stream restarts included.
 * :class:`WriteMutations`: :class:`Mutation` records buffered per bundle, **sorted by
   table and key** (Spanner commits faster when a batch touches few splits), cut into
   batches under the row, cell and byte limits, each committed as one batch. Re-running a
-  bundle is safe for ``insert_or_update``/``update``/``replace``.
+  bundle is safe for ``insert_or_update``/``update``/``replace``. Each commit attempt
+  carries ``commit_timeout`` (the client's ``Batch.commit`` waits up to an hour and
+  retries UNAVAILABLE for another): a batch is retried (ABORTED, UNAVAILABLE, no answer)
+  for at most ``COMMIT_ATTEMPTS_SPAN`` times that, then its bundle fails with the reason.
 """
 
 from __future__ import annotations
@@ -25,12 +30,28 @@ from apache_beam.metrics.metric import Metrics
 from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.windowed_value import WindowedValue
 
-from sharded_orm.spanner.mutations import key_order
+from sharded_orm.retry import RetryPolicy, retry_call
+from sharded_orm.spanner.deadlines import call_options
+from sharded_orm.spanner.mutations import RawSpanner, key_order
 
 #: The writer's counters (``SpannerBatches``, ``rows_written``): apart from the
 #: transforms' own ``sharded_orm`` counters.
 NAMESPACE = "sharded_orm.spanner_io"
 OPS = ("insert", "insert_or_update", "replace", "update")
+#: Seconds one commit attempt of a batch may take.
+DEFAULT_COMMIT_TIMEOUT = 60.0
+#: A batch's attempts together take at most this many ``commit_timeout``.
+COMMIT_ATTEMPTS_SPAN = 3
+#: Seconds the partitioning of a query, and the read of each partition, may take.
+DEFAULT_READ_TIMEOUT = 900.0
+
+
+def _seconds(value: Any, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1e9:
+        from sharded_orm.errors import ShardConfigError
+
+        raise ShardConfigError(f"{name} must be a positive number of seconds, got {value!r}")
+    return float(value)
 
 
 @dataclass(frozen=True)
@@ -63,21 +84,26 @@ class Database:
     def open(self) -> Any:
         return self.client().instance(self.instance_id).database(self.database_id)
 
+    def writer(self) -> Any:
+        """Commits with our timeout and no client retries (``RawSpanner.commit_writes``)."""
+        return RawSpanner(self.open())
+
 
 class _PartitionFn(beam.DoFn):
-    def __init__(self, db: Database, sql: str) -> None:
-        self.db, self.sql = db, sql
+    def __init__(self, db: Database, sql: str, timeout: float) -> None:
+        self.db, self.sql, self.timeout = db, sql, timeout
 
     def process(self, _: Any) -> Any:
         snapshot = self.db.open().batch_snapshot()
         state = snapshot.to_dict()
-        for batch in snapshot.generate_query_batches(self.sql):
+        batches = snapshot.generate_query_batches(self.sql, **call_options(self.timeout))
+        for batch in batches:
             yield state, batch
 
 
 class _ReadPartitionFn(beam.DoFn):
-    def __init__(self, db: Database) -> None:
-        self.db = db
+    def __init__(self, db: Database, timeout: float) -> None:
+        self.db, self.timeout = db, timeout
 
     def setup(self) -> None:
         self.database = self.db.open()
@@ -87,24 +113,25 @@ class _ReadPartitionFn(beam.DoFn):
 
         state, batch = item
         snapshot = BatchSnapshot.from_dict(self.database, state)
-        for row in snapshot.process_query_batch(batch):
+        for row in snapshot.process_query_batch(batch, **call_options(self.timeout)):
             yield list(row)
 
 
 class ReadQuery(beam.PTransform[Any, Any]):
-    """``pipeline | ReadQuery(db, sql)``: the rows of ``sql`` (lists of values)."""
+    """``pipeline | ReadQuery(db, sql)``: the rows of ``sql`` (lists of values);
+    ``timeout``: seconds for the partitioning and for each partition's read."""
 
-    def __init__(self, db: Database, sql: str) -> None:
+    def __init__(self, db: Database, sql: str, *, timeout: float = DEFAULT_READ_TIMEOUT) -> None:
         super().__init__()
-        self.db, self.sql = db, sql
+        self.db, self.sql, self.timeout = db, sql, _seconds(timeout, "read_timeout")
 
     def expand(self, root: Any) -> Any:
         return (
             root
             | "Start" >> beam.Create([None])
-            | "Partition" >> beam.ParDo(_PartitionFn(self.db, self.sql))
+            | "Partition" >> beam.ParDo(_PartitionFn(self.db, self.sql, self.timeout))
             | "Spread partitions" >> beam.Reshuffle()
-            | "Read partitions" >> beam.ParDo(_ReadPartitionFn(self.db))
+            | "Read partitions" >> beam.ParDo(_ReadPartitionFn(self.db, self.timeout))
         )
 
 
@@ -114,14 +141,22 @@ def _sort_key(m: Mutation) -> tuple[Any, ...]:
 
 
 class _WriteFn(beam.DoFn):
-    def __init__(self, db: Database, batch_rows: int, batch_cells: int, batch_bytes: int) -> None:
+    def __init__(
+        self, db: Database, batch_rows: int, batch_cells: int, batch_bytes: int, timeout: float
+    ) -> None:
         self.db = db
         self.limits = (batch_rows, batch_cells, batch_bytes)
+        self.policy = RetryPolicy(call_timeout=timeout, deadline=timeout * COMMIT_ATTEMPTS_SPAN)
         self.batches = Metrics.counter(NAMESPACE, "SpannerBatches")
         self.rows = Metrics.counter(NAMESPACE, "rows_written")
 
     def setup(self) -> None:
-        self.database = self.db.open()
+        self.raw = self.db.writer()
+
+    def teardown(self) -> None:
+        raw = getattr(self, "raw", None)
+        if raw is not None:
+            raw.close()
 
     def start_bundle(self) -> None:
         self.pending: list[Mutation] = []
@@ -152,9 +187,15 @@ class _WriteFn(beam.DoFn):
             yield self._commit(batch)
 
     def _commit(self, batch: list[Mutation]) -> int:
-        with self.database.batch() as b:
-            for m in batch:
-                getattr(b, m.op)(table=m.table, columns=list(m.columns), values=[list(m.values)])
+        writes = [(m.op, m.table, m.columns, [list(m.values)]) for m in batch]
+        retry_call(
+            lambda timeout: self.raw.commit_writes(writes, timeout),
+            self.policy,
+            what=f"committing a batch of {len(batch)} mutations to {self.db.database_id}",
+            # an unknown outcome is retried only where writing twice gives the same rows
+            idempotent=all(m.op != "insert" for m in batch),
+            resume="Re-running the pipeline is safe with mode='insert_or_update'.",
+        )
         self.batches.inc()
         self.rows.inc(len(batch))
         return len(batch)
@@ -165,10 +206,17 @@ class WriteMutations(beam.PTransform[Any, Any]):
     the output is the size of each committed batch."""
 
     def __init__(
-        self, db: Database, *, batch_rows: int, batch_cells: int, batch_bytes: int
+        self,
+        db: Database,
+        *,
+        batch_rows: int,
+        batch_cells: int,
+        batch_bytes: int,
+        commit_timeout: float = DEFAULT_COMMIT_TIMEOUT,
     ) -> None:
         super().__init__()
-        self.fn = _WriteFn(db, batch_rows, batch_cells, batch_bytes)
+        timeout = _seconds(commit_timeout, "commit_timeout")
+        self.fn = _WriteFn(db, batch_rows, batch_cells, batch_bytes, timeout)
 
     def expand(self, mutations: Any) -> Any:
         return mutations | "Commit batches" >> beam.ParDo(self.fn)

@@ -14,7 +14,12 @@ from sharded_orm.beam.rows import (
     model_path,
     refuse_server_filled_keys,
 )
-from sharded_orm.beam.spanner_io import Database, Mutation, WriteMutations
+from sharded_orm.beam.spanner_io import (
+    DEFAULT_COMMIT_TIMEOUT,
+    Database,
+    Mutation,
+    WriteMutations,
+)
 from sharded_orm.errors import ShardConfigError
 from sharded_orm.load.bulk import MAX_MUTATIONS
 from sharded_orm.schema.columns import table_of
@@ -39,9 +44,11 @@ def spanner_writer(
     batch_rows: int,
     batch_cells: int,
     credentials: Any = None,
+    commit_timeout: float = DEFAULT_COMMIT_TIMEOUT,
 ) -> beam.PTransform[Any, Any]:
     """Our Spanner writer (:mod:`sharded_orm.beam.spanner_io`): mutations sorted by key and
-    batched under the limits, ``credentials`` honoured."""
+    batched under the limits, ``credentials`` honoured, each commit within
+    ``commit_timeout`` seconds."""
     if not 0 < batch_cells <= MAX_MUTATIONS:
         raise ShardConfigError(
             f"batch_cells must be in 1..{MAX_MUTATIONS} (Spanner's mutations per commit), "
@@ -49,7 +56,11 @@ def spanner_writer(
         )
     db = Database(project_id, instance_id, database_id, credentials)
     return WriteMutations(
-        db, batch_rows=batch_rows, batch_cells=batch_cells, batch_bytes=batch_bytes
+        db,
+        batch_rows=batch_rows,
+        batch_cells=batch_cells,
+        batch_bytes=batch_bytes,
+        commit_timeout=commit_timeout,
     )
 
 
@@ -97,7 +108,9 @@ class WriteSharded(beam.PTransform[Any, Any]):
 
     ``mode="insert_or_update"`` (default) keeps a retried bundle or a rerun from failing
     on rows already written; ``"insert"`` fails on them. A model whose key is filled by the
-    database (IDENTITY, sequence) is refused when the transform is built.
+    database (IDENTITY, sequence) is refused when the transform is built. Each commit
+    attempt takes at most ``commit_timeout`` seconds (retried, ABORTED and no answer
+    included, for at most 3 times that; then the bundle fails with the reason).
 
     Applying it returns ``{"written": <PCollection of committed batches>, "dead_letter":
     <PCollection of dicts>}``.
@@ -115,6 +128,7 @@ class WriteSharded(beam.PTransform[Any, Any]):
         batch_rows: int = DEFAULT_BATCH_ROWS,
         batch_cells: int = DEFAULT_BATCH_CELLS,
         credentials: Any = None,
+        commit_timeout: float = DEFAULT_COMMIT_TIMEOUT,
     ) -> None:
         super().__init__()
         if mode not in MODES:
@@ -130,6 +144,7 @@ class WriteSharded(beam.PTransform[Any, Any]):
             batch_rows=batch_rows,
             batch_cells=batch_cells,
             credentials=credentials,
+            commit_timeout=commit_timeout,
         )
 
     def expand(self, rows: Any) -> dict[str, Any]:

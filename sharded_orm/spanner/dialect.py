@@ -54,6 +54,10 @@ Fixes (sqlalchemy-spanner 1.20):
 11. Reads ran under the client's one-hour streaming timeout, and a stream cut with
     UNAVAILABLE was restarted without end: every statement now has a deadline, the
     ``timeout`` execution option (``.deadlines``), passed to the client per call.
+12. A commit waited up to the client's hour on a silent server (and replayed an aborted
+    transaction without end): every commit now ends within ``commit_timeout`` seconds
+    (``create_engine(url, commit_timeout=60)``; ``.commits``), or fails saying its
+    outcome is unknown, and the connection is discarded.
 """
 
 from __future__ import annotations
@@ -75,6 +79,13 @@ from sharded_orm.checks import check_spanner_name
 from sharded_orm.schema.keys import is_descending
 from sharded_orm.schema.registry import engine_seen
 from sharded_orm.spanner import SPANNER_DIALECT_NAMES
+from sharded_orm.spanner.commits import (
+    DEFAULT_COMMIT_TIMEOUT,
+    CommitTimeout,
+    check_commit_timeout,
+    commit_within,
+    is_abandoned,
+)
 from sharded_orm.spanner.deadlines import DeadlineCursor, read_errors, timeout_of
 from sharded_orm.spanner.reflection import BoundReflection
 
@@ -259,6 +270,11 @@ class SpannerExecutionContext(_stock.SpannerExecutionContext):  # type: ignore[m
         return DeadlineCursor(self._dbapi_connection.driver_connection, seconds)
 
 
+def _ini_seconds(value: Any) -> float | None:
+    """An ini file's ``commit_timeout``: a number of seconds, or ``None``."""
+    return None if value is None or str(value).strip().lower() == "none" else float(value)
+
+
 def _deadline_of(cursor: Any) -> float | None:
     return getattr(cursor, "deadline_seconds", None)
 
@@ -282,6 +298,16 @@ class SpannerDialect(BoundReflection, _stock.SpannerDialect):  # type: ignore[mi
         (Table, {"interleave_in": None, "interleave_on_delete_cascade": False}),
         (Index, {"storing": None, "null_filtered": False, "interleave_in": None}),
     ]
+    # ``sqlalchemy.commit_timeout = 30`` in an ini file (engine_from_config) is a number
+    engine_config_types = {
+        **_stock.SpannerDialect.engine_config_types,
+        "commit_timeout": _ini_seconds,
+    }
+
+    def __init__(self, commit_timeout: float | None = DEFAULT_COMMIT_TIMEOUT, **kw: Any) -> None:
+        super().__init__(**kw)
+        #: seconds every commit may take (``create_engine(url, commit_timeout=...)``)
+        self.commit_timeout = check_commit_timeout(commit_timeout)
 
     def create_connect_args(self, url: Any) -> Any:
         if not isinstance(url.database, str) or not _URL_PATH.fullmatch(url.database):
@@ -319,8 +345,22 @@ class SpannerDialect(BoundReflection, _stock.SpannerDialect):  # type: ignore[mi
             super().do_execute_no_params(cursor, statement, context)
 
     def do_commit(self, dbapi_connection: Any) -> None:
+        driver = getattr(dbapi_connection, "driver_connection", dbapi_connection)
         with _dbapi_errors():
-            super().do_commit(dbapi_connection)
+            commit_within(
+                lambda: super(SpannerDialect, self).do_commit(dbapi_connection),
+                self.commit_timeout,
+                driver,
+            )
+
+    def is_disconnect(self, e: Any, connection: Any, cursor: Any) -> bool:
+        # a commit abandoned at its deadline still runs on this connection: discard it
+        return isinstance(e, CommitTimeout) or bool(super().is_disconnect(e, connection, cursor))
+
+    def do_close(self, dbapi_connection: Any) -> None:
+        if is_abandoned(dbapi_connection):
+            return  # its close would roll back on the server that did not answer the commit
+        super().do_close(dbapi_connection)
 
 
 # Alembic finds its impl by dialect name: define it with the dialect, as

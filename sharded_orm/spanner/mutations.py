@@ -135,17 +135,23 @@ class RawSpanner:
     ) -> None:
         """One single-use commit writing ``values`` with ``insert`` or ``insert_or_update``,
         and ``also`` (table, columns, values) with ``insert_or_update`` in the same commit."""
+        writes = [(mode, table, columns, values)]
+        writes += [("insert_or_update", t, c, v) for t, c, v in also]
+        self.commit_writes(writes, timeout)
+
+    def commit_writes(
+        self, writes: Sequence[tuple[str, str, Sequence[str], list[Any]]], timeout: float
+    ) -> None:
+        """One single-use commit of ``writes``, each (op, table, columns, rows) with op one
+        of the client's ``Batch`` methods: insert, insert_or_update, replace, update."""
         from google.cloud.spanner_v1 import CommitRequest, TransactionOptions
         from google.cloud.spanner_v1.batch import Batch
 
         # the client's Batch encodes the values; its commit (with the client's hour-long
         # retries) is never called: we send its mutations ourselves
         collector = Batch(self.database.session())  # type: ignore[no-untyped-call]
-        getattr(collector, mode)(table, columns=list(columns), values=values)
-        for other, other_columns, other_values in also:
-            collector.insert_or_update(  # type: ignore[no-untyped-call]
-                other, columns=list(other_columns), values=other_values
-            )
+        for op, table, columns, values in writes:
+            getattr(collector, op)(table, columns=list(columns), values=values)
         deadline = time.monotonic() + timeout
         with self._session_checked():
             request = CommitRequest(
