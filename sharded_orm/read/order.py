@@ -16,7 +16,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Boolean, Float, and_, false, literal, or_, true
+from sqlalchemy import Boolean, Float, TypeDecorator, and_, false, literal, or_, true
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql import operators
 from sqlalchemy.sql.elements import ColumnElement, Label, UnaryExpression
@@ -166,8 +166,11 @@ def _compile_is_nan(element: IsNan, compiler: Any, **kw: Any) -> str:
 
 
 def _floating(col: Any) -> bool:
-    affinity = getattr(getattr(col, "type", None), "_type_affinity", None)
-    return isinstance(affinity, type) and issubclass(affinity, Float)
+    # the type itself, not its ``_type_affinity``: SQLAlchemy 2.0 gives Float's as Numeric
+    t = getattr(col, "type", None)
+    if isinstance(t, TypeDecorator):
+        t = t.impl_instance
+    return isinstance(t, Float)
 
 
 def _is_nan(v: Any) -> Any:
