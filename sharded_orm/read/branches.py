@@ -23,6 +23,8 @@ from sharded_orm.read.order import (
     after_condition,
     at_or_before_condition,
     check_nulls,
+    final_froms,
+    order_over,
     plain,
     require_plan,
     tables_of,
@@ -123,7 +125,10 @@ class MergeQuery:
                 )
         self.conn = conn
         self.dialect = conn.get_bind().dialect if isinstance(conn, Session) else conn.dialect
-        self.columns = order_columns(stmt)
+        # the FROMs of the branches (compiling the statement to find them costs about a
+        # millisecond: once per read)
+        froms = final_froms(stmt)
+        self.columns = order_over(stmt, froms)
         check_nulls(self.dialect, self.columns)
         selected = [plain(c) for c in stmt.selected_columns]
         missing = [c.name for c, _ in self.columns if not any(c is x for x in selected)]
@@ -147,13 +152,13 @@ class MergeQuery:
         self.pk_labels = [c.label(f"so_p{i}") for i, c in enumerate(self.pk)]
         # loader options belong to the rows' statement, not to key-only branches
         self.bare = without_options(self.stmt)
-        self.correlated = correlated_ok(self.dialect, self.stmt)
+        self.correlated = correlated_ok(self.dialect, froms)
         self.bare_var = self.bare.for_shard_named(SHARD_VAR)
         #: pages set this: the same statement shapes with and without a cursor or bound
         self.keyset = False
         #: each row of the statement is one row of the sharded table (no join, no DISTINCT)
         self.one_to_one = not stmt._distinct and all(
-            t is self.plan.table for f in self.bare.get_final_froms() for t in tables_of(f)
+            t is self.plan.table for f in froms for t in tables_of(f)
         )
         self.options = {} if timeout is None else {"timeout": timeout}
         desc = stmt.column_descriptions
