@@ -149,7 +149,10 @@ class MergeQuery:
         self.key_labels = [c.label(f"so_k{i}") for i, (c, _) in enumerate(self.columns)]
         self.shard_label = self.plan.shard.column.label("so_s")
         self.pk = list(self.plan.table.primary_key.columns)
-        self.pk_labels = [c.label(f"so_p{i}") for i, c in enumerate(self.pk)]
+        # a key column that orders the merge (the id, as a tie-breaker) is selected once:
+        # every token of the text costs the Spanner DB-API's parse
+        by_key = {id(c): lbl for (c, _), lbl in zip(self.columns, self.key_labels, strict=True)}
+        self.pk_labels = [by_key.get(id(c), c.label(f"so_p{i}")) for i, c in enumerate(self.pk)]
         # loader options belong to the rows' statement, not to key-only branches
         self.bare = without_options(self.stmt)
         self.correlated = correlated_ok(self.dialect, froms)
