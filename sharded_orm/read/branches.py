@@ -250,7 +250,8 @@ class MergeQuery:
         keys = [u.c[lbl.name] for lbl in self.key_labels]
         shard = literal_column(SHARD_VAR) if self.correlated else u.c.so_s
         q = select(*keys, shard).order_by(*self._order(keys)).limit(want)
-        rows = list(self._execute(q))
+        # all(): one DB-API fetchall, not a fetchone (and its retry bookkeeping) per row
+        rows: list[Any] = self._execute(q).all()
         stats.statements += 1
         stats.key_rows_transferred += len(rows)
         stats.server_rows_read += b * len(shards)
@@ -294,11 +295,11 @@ class MergeQuery:
         if getattr(result, "_unique_filter_state", None) is not None:
             result = result.unique()  # joined eager collections: as the ORM requires
         if not extra:
-            return (list(result.scalars()) if self.scalars else list(result)), []
+            return (result.scalars().all() if self.scalars else result.all()), []
         frozen = result.freeze()
         if not frozen.data:
             return [], []
         width = len(frozen.data[0]) - extra  # (an unnamed aliased entity has no key)
         keys = [list(row[width:]) for row in frozen.data]
         users = frozen().columns(*range(width))
-        return (list(users.scalars()) if self.scalars else list(users)), keys
+        return (users.scalars().all() if self.scalars else users.all()), keys
