@@ -23,6 +23,8 @@ from sharded_orm.read.order import (
     after_condition,
     at_or_before_condition,
     check_nulls,
+    final_froms,
+    order_over,
     plain,
     require_plan,
     tables_of,
@@ -123,7 +125,10 @@ class MergeQuery:
                 )
         self.conn = conn
         self.dialect = conn.get_bind().dialect if isinstance(conn, Session) else conn.dialect
-        self.columns = order_columns(stmt)
+        # the FROMs of the branches (compiling the statement to find them costs about a
+        # millisecond: once per read)
+        froms = final_froms(stmt)
+        self.columns = order_over(stmt, froms)
         check_nulls(self.dialect, self.columns)
         selected = [plain(c) for c in stmt.selected_columns]
         missing = [c.name for c, _ in self.columns if not any(c is x for x in selected)]
@@ -144,16 +149,19 @@ class MergeQuery:
         self.key_labels = [c.label(f"so_k{i}") for i, (c, _) in enumerate(self.columns)]
         self.shard_label = self.plan.shard.column.label("so_s")
         self.pk = list(self.plan.table.primary_key.columns)
-        self.pk_labels = [c.label(f"so_p{i}") for i, c in enumerate(self.pk)]
+        # a key column that orders the merge (the id, as a tie-breaker) is selected once:
+        # every token of the text costs the Spanner DB-API's parse
+        by_key = {id(c): lbl for (c, _), lbl in zip(self.columns, self.key_labels, strict=True)}
+        self.pk_labels = [by_key.get(id(c), c.label(f"so_p{i}")) for i, c in enumerate(self.pk)]
         # loader options belong to the rows' statement, not to key-only branches
         self.bare = without_options(self.stmt)
-        self.correlated = correlated_ok(self.dialect, self.stmt)
+        self.correlated = correlated_ok(self.dialect, froms)
         self.bare_var = self.bare.for_shard_named(SHARD_VAR)
         #: pages set this: the same statement shapes with and without a cursor or bound
         self.keyset = False
         #: each row of the statement is one row of the sharded table (no join, no DISTINCT)
         self.one_to_one = not stmt._distinct and all(
-            t is self.plan.table for f in self.bare.get_final_froms() for t in tables_of(f)
+            t is self.plan.table for f in froms for t in tables_of(f)
         )
         self.options = {} if timeout is None else {"timeout": timeout}
         desc = stmt.column_descriptions
@@ -242,7 +250,8 @@ class MergeQuery:
         keys = [u.c[lbl.name] for lbl in self.key_labels]
         shard = literal_column(SHARD_VAR) if self.correlated else u.c.so_s
         q = select(*keys, shard).order_by(*self._order(keys)).limit(want)
-        rows = list(self._execute(q))
+        # all(): one DB-API fetchall, not a fetchone (and its retry bookkeeping) per row
+        rows: list[Any] = self._execute(q).all()
         stats.statements += 1
         stats.key_rows_transferred += len(rows)
         stats.server_rows_read += b * len(shards)
@@ -286,11 +295,11 @@ class MergeQuery:
         if getattr(result, "_unique_filter_state", None) is not None:
             result = result.unique()  # joined eager collections: as the ORM requires
         if not extra:
-            return (list(result.scalars()) if self.scalars else list(result)), []
+            return (result.scalars().all() if self.scalars else result.all()), []
         frozen = result.freeze()
         if not frozen.data:
             return [], []
         width = len(frozen.data[0]) - extra  # (an unnamed aliased entity has no key)
         keys = [list(row[width:]) for row in frozen.data]
         users = frozen().columns(*range(width))
-        return (list(users.scalars()) if self.scalars else list(users)), keys
+        return (users.scalars().all() if self.scalars else users.all()), keys

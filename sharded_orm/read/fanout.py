@@ -14,6 +14,7 @@ Other dialects (SQLite has no arrays) get a ``UNION ALL`` of branches, each its 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import column
@@ -30,12 +31,13 @@ def on_spanner(dialect: Any) -> bool:
     return str(getattr(dialect, "name", "")).startswith("spanner")
 
 
-def correlated_ok(dialect: Any, stmt: Any) -> bool:
-    """Whether the correlated form is used: on Spanner, when no column of the statement's
-    tables is named like the shard variable (it would shadow it)."""
+def correlated_ok(dialect: Any, froms: Sequence[Any]) -> bool:
+    """Whether the correlated form is used: on Spanner, when no column of the branches'
+    tables (``froms``: the statement's final FROMs) is named like the shard variable
+    (it would shadow it)."""
     if not on_spanner(dialect):
         return False
-    for frm in stmt.get_final_froms():
+    for frm in froms:
         for table in getattr(frm, "_from_objects", [frm]):
             for c in getattr(table, "c", ()):
                 if str(getattr(c, "name", "")).lower() == SHARD_VAR:

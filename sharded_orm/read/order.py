@@ -65,9 +65,15 @@ def without_options(stmt: Any) -> Any:
     return bare
 
 
-def _joined_keys(plan: ShardPlan, stmt: Any) -> list[Any]:
+def final_froms(stmt: Any) -> list[Any]:
+    """The FROMs of ``stmt`` without its loader options (each call compiles the
+    statement: compute it once per read and pass it on)."""
+    return list(without_options(stmt).get_final_froms())
+
+
+def _joined_keys(plan: ShardPlan, froms: Sequence[Any]) -> list[Any]:
     keys: list[Any] = []
-    for frm in without_options(stmt).get_final_froms():
+    for frm in froms:
         for t in tables_of(frm):
             if t is plan.table:
                 continue
@@ -88,12 +94,18 @@ def order_columns(stmt: Any) -> list[tuple[Any, bool]]:
 
     Raises ``ShardConfigError`` when the statement's ORDER BY is not a prefix of it.
     """
+    require_plan(stmt, "order_columns")  # its error first, then the FROMs
+    return order_over(stmt, final_froms(stmt) if not stmt._distinct else [])
+
+
+def order_over(stmt: Any, froms: Sequence[Any]) -> list[tuple[Any, bool]]:
+    """``order_columns(stmt)`` given ``final_froms(stmt)`` (a read computes those once)."""
     plan = require_plan(stmt, "order_columns")
     pinned = _pinned(stmt)
     wanted = [(c, d) for c, d in plan.sort_columns if c not in pinned]
     if not stmt._distinct:
         seen = {c for c, _ in wanted}
-        for c in _joined_keys(plan, stmt):
+        for c in _joined_keys(plan, froms):
             if c not in pinned and c not in seen:
                 wanted.append((c, False))
                 seen.add(c)
