@@ -9,9 +9,10 @@ waits for it at most ``seconds``: past that it fails with what is known and how 
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from typing import Any
+
+from sharded_orm.spanner.commits import finished_within
 
 from .errors import MigrationError
 
@@ -34,20 +35,7 @@ def commit_timeout(attributes: dict[str, Any]) -> float:
 def commit_within(commit: Callable[[], None], seconds: float) -> None:
     """``commit()``, or :class:`MigrationError` if it has not returned within ``seconds``
     (its outcome then unknown: the thread is left to the client's own timeout)."""
-    outcome: list[BaseException | None] = []
-
-    def run() -> None:
-        try:
-            commit()
-        except BaseException as exc:  # handed to the waiting thread
-            outcome.append(exc)
-        else:
-            outcome.append(None)
-
-    worker = threading.Thread(target=run, name="sharded-orm-commit", daemon=True)
-    worker.start()
-    worker.join(seconds)
-    if not outcome:
+    if not finished_within(commit, seconds):
         raise MigrationError(
             f"The commit of this migration's statements before its next schema change did "
             f"not finish within {seconds:g} s (the server is silent, or another writer keeps "
@@ -57,5 +45,3 @@ def commit_within(commit: Callable[[], None], seconds: float) -> None:
             "resumes where it stopped). config.attributes"
             f"[{COMMIT_TIMEOUT_ATTRIBUTE!r}] sets this limit."
         )
-    if outcome[0] is not None:
-        raise outcome[0]

@@ -53,17 +53,14 @@ def is_abandoned(dbapi_connection: Any) -> bool:
     return dbapi_connection in _abandoned
 
 
-def commit_within(commit: Callable[[], None], seconds: float | None, driver: Any) -> None:
-    """``commit()``, or :class:`CommitTimeout` if it has not returned within ``seconds``
-    (``driver``, the DB-API connection, is then marked abandoned)."""
-    if seconds is None:
-        commit()
-        return
+def finished_within(call: Callable[[], None], seconds: float) -> bool:
+    """Run ``call`` in a daemon thread and wait at most ``seconds``: True if it returned
+    (its exception is raised here), False if it is still running (left to its own end)."""
     outcome: list[BaseException | None] = []
 
     def run() -> None:
         try:
-            commit()
+            call()
         except BaseException as exc:  # handed to the waiting thread
             outcome.append(exc)
         else:
@@ -73,6 +70,19 @@ def commit_within(commit: Callable[[], None], seconds: float | None, driver: Any
     worker.start()
     worker.join(seconds)
     if not outcome:
+        return False
+    if outcome[0] is not None:
+        raise outcome[0]
+    return True
+
+
+def commit_within(commit: Callable[[], None], seconds: float | None, driver: Any) -> None:
+    """``commit()``, or :class:`CommitTimeout` if it has not returned within ``seconds``
+    (``driver``, the DB-API connection, is then marked abandoned)."""
+    if seconds is None:
+        commit()
+        return
+    if not finished_within(commit, seconds):
         if driver is not None:
             _abandoned.add(driver)
             # marked closed (without the DB-API's rollback): a replay of an aborted
@@ -87,5 +97,3 @@ def commit_within(commit: Callable[[], None], seconds: float | None, driver: Any
             "write idempotent); raise create_engine(url, "
             f"{COMMIT_TIMEOUT_ARGUMENT}=<seconds>) if commits need longer."
         )
-    if outcome[0] is not None:
-        raise outcome[0]
