@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sqlalchemy import Boolean, and_, literal, literal_column, or_, select, union_all
 from sqlalchemy.engine import Connection
@@ -30,12 +30,6 @@ from sharded_orm.read.order import (
     tables_of,
     without_options,
 )
-from sharded_orm.read.order import (
-    order_columns as order_columns,  # re-exported: sharded_orm imports it from here
-)
-
-if TYPE_CHECKING:
-    pass
 
 
 @dataclass
