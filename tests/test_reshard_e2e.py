@@ -6,7 +6,6 @@ table is findable through the new index and by point lookup, and ``verify`` is c
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -19,6 +18,9 @@ import pytest
 import reshard_models as rm
 import sqlalchemy as sa
 from alembic_project import Project, body
+from old_writer import env as writer_env
+from old_writer import stats as writer_stats
+from old_writer import wait_for
 
 from alembic_ext.errors import MigrationError
 from alembic_ext.ops import PROGRESS_ATTRIBUTE
@@ -41,25 +43,6 @@ def _seed(engine: sa.Engine, n: int) -> None:
         database: Any = c.connection.dbapi_connection.database  # type: ignore[union-attr]
     with database.batch() as batch:
         batch.insert("Logs", columns=["Id", "CompanyId", "Ts", "Body", "Shard8"], values=values)
-
-
-def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(HERE), env.get("PYTHONPATH", "")])
-    return env
-
-
-def _writer_stats(out: Path) -> dict[str, Any]:
-    path = out / "writer.json"
-    return json.loads(path.read_text()) if path.exists() else {"ok": 0, "failed": 0}
-
-
-def _wait_for(what: str, cond: Any, timeout: float = 60.0) -> None:
-    end = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > end:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 def _upgrade(proj: Project) -> None:
@@ -90,10 +73,11 @@ def test_reshard_with_an_old_writer_throughout_and_a_kill_9(
     _seed(engine, SEED)
 
     writer = subprocess.Popen(
-        [sys.executable, str(HERE / "reshard_models.py"), "writer", url, str(out)], env=_env()
+        [sys.executable, str(HERE / "reshard_models.py"), "writer", url, str(out)],
+        env=writer_env(),
     )
     try:
-        _wait_for("the old writer's first rows", lambda: _writer_stats(out)["ok"] >= 5)
+        wait_for("the old writer's first rows", lambda: writer_stats(out)["ok"] >= 5)
         # expand: new column nullable (old writers keep working), backfill, new index
         expand = proj.revision(rm.logs(), "expand")
         rev = body(expand, "upgrade")
@@ -101,7 +85,7 @@ def test_reshard_with_an_old_writer_throughout_and_a_kill_9(
         scripts = str(tmp_path / "proj" / "migrations")
         upgrade = subprocess.Popen(
             [sys.executable, str(HERE / "reshard_models.py"), "upgrade", url, scripts, "head"],
-            env=_env(), stdout=subprocess.PIPE, text=True,
+            env=writer_env(), stdout=subprocess.PIPE, text=True,
         )  # fmt: skip
         assert upgrade.stdout is not None
         seen = [upgrade.stdout.readline() for _ in range(2)]
@@ -114,7 +98,7 @@ def test_reshard_with_an_old_writer_throughout_and_a_kill_9(
             ).scalar_one()
         assert 0 < filled < SEED
         _upgrade(proj)  # the re-run completes the expand
-        during = _writer_stats(out)["ok"]
+        during = writer_stats(out)["ok"]
 
         # contract, with the old writer still running: fence, then fill and check
         contract = proj.revision(rm.logs(shard8=False), "contract")
@@ -122,8 +106,8 @@ def test_reshard_with_an_old_writer_throughout_and_a_kill_9(
         assert up.index("drop_column('Logs', 'Shard8')") < up.index("backfill_shard('Logs'")
         _upgrade(proj)
         # the old writer now fails loudly (its INSERT names the dropped column)
-        before = _writer_stats(out)["failed"]
-        _wait_for("the fenced writer's errors", lambda: _writer_stats(out)["failed"] >= before + 3)
+        before = writer_stats(out)["failed"]
+        wait_for("the fenced writer's errors", lambda: writer_stats(out)["failed"] >= before + 3)
     finally:
         (out / "stop").touch()
         try:
@@ -131,7 +115,7 @@ def test_reshard_with_an_old_writer_throughout_and_a_kill_9(
         except subprocess.TimeoutExpired:
             writer.kill()  # never leave a writer holding the emulator's one transaction
             raise
-    stats = _writer_stats(out)
+    stats = writer_stats(out)
     assert stats["ok"] > during > 5  # it wrote before, during and after the expand
     assert any("Shard8" in e for e in stats["errors"]), stats["errors"][-3:]
 
