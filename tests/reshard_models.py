@@ -104,9 +104,15 @@ def writer(url: str, out: Path) -> None:
     engine.dispose()
 
 
-def upgrade(url: str, scripts: str, rev: str, metadata: sa.MetaData) -> None:
-    """``alembic upgrade REV``, one stdout line per backfill batch, slowed so a test can
-    kill it mid-backfill."""
+def upgrade(
+    url: str,
+    scripts: str,
+    rev: str,
+    metadata: sa.MetaData,
+    line: Any = lambda p: f"batch {p.batches} filled {p.done}",
+) -> None:
+    """``alembic upgrade REV``, one stdout ``line(progress)`` per backfill or copy batch,
+    slowed so a test can kill it mid-step."""
     import io
 
     from alembic import command
@@ -120,7 +126,7 @@ def upgrade(url: str, scripts: str, rev: str, metadata: sa.MetaData) -> None:
     cfg.attributes["target_metadata"] = metadata
 
     def batch(p: Any) -> None:
-        print(f"batch {p.batches} filled {p.done}", flush=True)
+        print(line(p), flush=True)
         time.sleep(0.5)
 
     cfg.attributes[PROGRESS_ATTRIBUTE] = batch
@@ -198,34 +204,8 @@ def event_writer(url: str, out: Path) -> None:
 
 
 def key_upgrade(url: str, scripts: str, rev: str) -> None:
-    """``alembic upgrade REV`` with the expand's models, one stdout line per copy batch,
-    slowed so a test can kill it mid-copy."""
-    import io
-
-    from alembic import command
-    from alembic.config import Config
-
-    from alembic_ext.ops import PROGRESS_ATTRIBUTE
-
-    cfg = Config(output_buffer=io.StringIO(), stdout=io.StringIO())
-    cfg.set_main_option("script_location", scripts)
-    cfg.set_main_option("sqlalchemy.url", url)
-    cfg.attributes["target_metadata"] = events("expand")
-
-    def batch(p: Any) -> None:
-        print(f"batch {p.batches} copied {p.rows}", flush=True)
-        time.sleep(0.5)
-
-    cfg.attributes[PROGRESS_ATTRIBUTE] = batch
-    for _ in range(20):  # the emulator refuses DDL beside a transaction: run it again
-        try:
-            command.upgrade(cfg, rev)
-            break
-        except Exception as exc:
-            if "concurrent schema change operation" not in str(exc):
-                raise
-            time.sleep(0.2)
-    print("done", flush=True)
+    """``upgrade`` with the expand's models, a line per copy batch."""
+    upgrade(url, scripts, rev, events("expand"), lambda p: f"batch {p.batches} copied {p.rows}")
 
 
 if __name__ == "__main__":
