@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from seed_models import LogEntry, Sharded
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -110,6 +112,81 @@ def test_skew_costs_no_extra_statement(k: int) -> None:
         assert stats.statements == 2 and stats.rows_transferred <= 2 * k
         assert 3 in stats.rounds[1]  # round 2 asked the shard that ran out (and few others)
     eng.dispose()
+
+
+@pytest.mark.parametrize("k", [100, 200, 1000])
+def test_shards_of_similar_rates_take_one_statement(conn: sa.Connection, k: int) -> None:
+    """N*K above the one-statement rule: one probe, each shard LIMIT ceil(K/N) +
+    floor(2K/N), proven exact by positions; it reads within 2K + N*ceil(K/N)."""
+    stats = MergeStats()
+    rows = merged(conn, newest(), k, stats=stats)
+    t = Ev16.__table__
+    assert rows == conn.execute(sa.select(t).order_by(t.c.ts.desc(), t.c.id).limit(k)).all()
+    assert 16 * k > SINGLE_STATEMENT_READS
+    assert (stats.statements, stats.rows_transferred, stats.key_rows_transferred) == (1, k, 0)
+    assert stats.server_rows_read <= 2 * k + 16 * math.ceil(k / 16)
+
+
+def _skewed_rows(shard_boost: dict[int, int], count: int, seed: int) -> list[dict[str, Any]]:
+    shard = get_shard_column(Ev16, "s")
+    rng = random.Random(seed)
+    rows = []
+    for i in range(count):
+        ts = T0 + dt.timedelta(
+            seconds=rng.randrange(10**5) + shard_boost.get(shard.compute([i]), 0)
+        )
+        rows.append({"id": i, "ts": ts, "kind": "a"})
+    return rows
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    boost=st.dictionaries(st.integers(0, 15), st.integers(0, 10**5), max_size=4),
+    k=st.integers(100, 300),
+    count=st.integers(50, 700),
+    seed=st.integers(0, 10**6),
+)
+def test_the_probe_is_exact_whatever_the_skew(
+    boost: dict[int, int], k: int, count: int, seed: int
+) -> None:
+    """Shards boosted by up to a whole spread of timestamps: when a shard gave its LIMIT
+    of the first K rows the probe's rows become the bound round, and the answer stays
+    exact in two statements."""
+    eng = sa.create_engine("sqlite://")
+    B.metadata.create_all(eng)
+    with eng.begin() as c:
+        c.execute(Ev16.__table__.insert(), _skewed_rows(boost, count, seed))
+        for after in (None, 1):
+            stats = MergeStats()
+            t = Ev16.__table__
+            q = sa.select(t).order_by(t.c.ts.desc(), t.c.id)
+            truth = c.execute(q).all()
+            kw: dict[str, Any] = {}
+            if after is not None and truth:
+                kw["after"] = [truth[0].ts, truth[0].id]
+                truth = truth[1:]
+            got = merged(c, newest(), k, stats=stats, **kw)
+            assert got == truth[:k]
+            assert stats.statements <= 2 and stats.rows_transferred <= 2 * k
+    eng.dispose()
+
+
+@pytest.mark.emulator
+def test_the_probe_on_the_emulator(spanner_engine: sa.Engine) -> None:
+    """One statement for shards of similar rates; under skew the probe's rows are the
+    bound round and a second statement finishes (the correlated form on Spanner)."""
+    Ev16.__table__.create(spanner_engine)
+    t = Ev16.__table__
+    for boost, statements in (({}, 1), ({3: 10**6}, 2)):
+        with spanner_engine.begin() as c:
+            c.execute(t.delete().where(sa.true()))
+            c.execute(t.insert(), _skewed_rows(boost, 600, 11))
+        with spanner_engine.connect() as c:
+            truth = c.execute(sa.select(t).order_by(t.c.ts.desc(), t.c.id).limit(120)).all()
+            stats = MergeStats()
+            got = merged(c, newest(), 120, stats=stats)
+        assert [tuple(r) for r in got] == [tuple(r) for r in truth]
+        assert stats.statements == statements
 
 
 def test_limit_from_the_statement(conn: sa.Connection) -> None:

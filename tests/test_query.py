@@ -118,10 +118,49 @@ def test_merge_sends_one_hinted_correlated_branch_for_every_shard(mock_spanner: 
     text = [s for s in mock_spanner.executed_sql() if "LogEntries" in s][0]
     assert text.count("FROM `LogEntries` @{FORCE_INDEX=LogEntriesByCompany}") == 1
     assert "UNION ALL" not in text
-    assert "FROM UNNEST(GENERATE_ARRAY(0, 9)) AS so_shard_n, UNNEST(ARRAY(SELECT AS STRUCT" in text
+    assert "(UNNEST(GENERATE_ARRAY(0, 9)) AS so_shard_n CROSS JOIN UNNEST(ARRAY(SELECT AS" in text
     assert text.count("`LogEntries`.`EntryShardId` = so_shard_n") == 1
     assert "BETWEEN" not in text
     engine.dispose()
+
+
+@pytest.mark.emulator
+def test_the_rows_statement_finds_rows_by_key_not_through_the_index(
+    spanner_engine: sa.Engine,
+) -> None:
+    # the rows statement joins the user's statement on the primary key to the branches,
+    # which carry the hint and the shard predicate; on the outer table the hint would
+    # make Spanner find each row through the index (reading the range), and the predicate
+    # would be text the DB-API parses for nothing
+    Sharded.metadata.create_all(spanner_engine, tables=[LogEntry.__table__])
+    with Session(spanner_engine) as s:
+        s.add_all(
+            LogEntry(company_id="Acme", user_id=f"u{i}", ts=T0 + dt.timedelta(minutes=i))
+            for i in range(40)
+        )
+        s.commit()
+    sent: list[str] = []
+
+    def _keep(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        sent.append(statement)
+
+    sa.event.listen(spanner_engine, "before_cursor_execute", _keep)
+    try:
+        with Session(spanner_engine) as s:
+            truth = s.scalars(by_company().limit(200)).all()
+            sent.clear()
+            stats = MergeStats()
+            got = merged(s, by_company(), 200, stats=stats)  # one statement (the probe)
+    finally:
+        sa.event.remove(spanner_engine, "before_cursor_execute", _keep)
+    assert [e.user_id for e in got] == [e.user_id for e in truth] and len(got) == 39
+    assert stats.statements == len(sent) == 1
+    rows = sent[0]
+    assert rows.count("@{FORCE_INDEX=LogEntriesByCompany}") == 1  # in the branches only
+    assert "BETWEEN" not in rows and rows.count("`EntryShardId` = so_shard_n") == 1
+    assert "JOIN (UNNEST(GENERATE_ARRAY(0, 9)) AS so_shard_n CROSS JOIN UNNEST(ARRAY(" in rows
+    # the WHERE clause is the branches' (each row joined passed it there)
+    assert rows.count("`CompanyId` = %s") == 1
 
 
 def test_rows_on_the_backend(engine: sa.Engine) -> None:

@@ -42,7 +42,9 @@ class MergeStats:
     index range read that stops at its LIMIT, or, for a shard known to hold no more rows
     up to the bound than round 1 saw, at the bound. ``rounds``: per statement,
     ``{shard: rows the branch may give}`` (on Spanner one correlated LIMIT serves every
-    shard: the largest).
+    shard: the largest). ``bounds``: per statement, the sort values its branches stop at
+    (None: no bound), so that the index entries actually read can be counted where the
+    data is known (``benchmarks/bench_query.py`` does).
     """
 
     statements: int = 0
@@ -50,6 +52,7 @@ class MergeStats:
     key_rows_transferred: int = 0
     server_rows_read: int = 0
     rounds: list[dict[int, int]] = field(default_factory=list)
+    bounds: list[list[Any] | None] = field(default_factory=list)
 
 
 def is_async(conn: Any) -> bool:
@@ -96,6 +99,21 @@ def single_statement(shards: int, want: int) -> bool:
     """
     n_k = shards * want
     return n_k <= shards * math.ceil(want / shards) + want or n_k <= SINGLE_STATEMENT_READS
+
+
+def probe_limit(shards: int, want: int) -> int | None:
+    """The per-shard LIMIT ``L`` of one statement that is very likely the whole answer,
+    or None where two rounds are better.
+
+    ``L = ceil(K/N) + floor(2K/N)``: the branches read ``N*L <= 2K + N*ceil(K/N)`` index
+    entries. The answer is proven exact when no shard gave ``L`` of its first ``K`` rows
+    (``sharded_orm.read.merge``). With shards of similar rates a shard's share of the
+    first ``K`` is about Poisson(K/N): used where ``L`` is at least 4 standard deviations
+    above it, so a second statement is needed only for a skewed shard.
+    """
+    share = want / shards
+    limit = math.ceil(share) + (2 * want) // shards
+    return limit if limit >= share + 4 * math.sqrt(share) + 1 else None
 
 
 class MergeQuery:
@@ -157,6 +175,9 @@ class MergeQuery:
         self.one_to_one = not stmt._distinct and all(
             t is self.plan.table for f in froms for t in tables_of(f)
         )
+        # the user's statement joined to the branches: they carry the hint and the shard
+        # predicate (and, one row of ours per row, the WHERE clause each row passed there)
+        self.joined = self.stmt.without_plan(where=not self.one_to_one)
         self.options = {} if timeout is None else {"timeout": timeout}
         desc = stmt.column_descriptions
         self.scalars = (
@@ -189,15 +210,22 @@ class MergeQuery:
         return select(*(sub.c[lbl.name] for lbl in labels))
 
     def fan(
-        self, labels: list[Any], lower: Any, upper: Any, limits: dict[int, int], name: str
+        self,
+        labels: list[Any],
+        lower: Any,
+        upper: Any,
+        limits: dict[int, int],
+        name: str,
+        joined: bool = False,
     ) -> Any:
         """The branches of every shard in ``limits`` ({shard: LIMIT}) as one FROM with a
-        column per label: a correlated fan-out on Spanner (every shard, the largest LIMIT),
-        a ``UNION ALL`` elsewhere."""
+        column per label: a correlated fan-out on Spanner (every shard, the largest LIMIT;
+        ``joined``: the right side of a JOIN), a ``UNION ALL`` elsewhere."""
         if self.correlated:
             inner = self.branch(None, labels, lower, upper, max(limits.values()))
             inner = inner.prefix_with("AS STRUCT")
-            return FanOut(name, [lbl.name for lbl in labels], inner, self.plan.shard.count)
+            names = [lbl.name for lbl in labels]
+            return FanOut(name, names, inner, self.plan.shard.count, joined)
         branches = [self.branch(s, labels, lower, upper, n) for s, n in limits.items()]
         return self._union(branches, name)
 
@@ -250,14 +278,24 @@ class MergeQuery:
         stats.key_rows_transferred += len(rows)
         stats.server_rows_read += b * len(shards)
         stats.rounds.append(dict.fromkeys(shards, b))
+        stats.bounds.append(None)
         return rows
 
     def rows_statement(
-        self, asks: dict[int, int] | None, after: Any, upper: Any, n: int, offset: int, keys: bool
+        self,
+        asks: dict[int, int] | None,
+        after: Any,
+        upper: Any,
+        n: int,
+        offset: int,
+        keys: bool,
+        shard: bool = False,
     ) -> Any:
         """Round 2: the user's statement over the rows the branches ``asks`` ({shard: n})
-        allow (every shard's rows when None), ordered and limited by the database."""
-        q = self.stmt
+        allow (every shard's rows when None), ordered and limited by the database (with
+        ``keys``, each row's sort key after the user's columns; with ``shard``, then its
+        shard)."""
+        q = self.stmt if asks is None else self.joined  # by primary key, not the index
         # a join can repeat a row of ours with other sort keys: those copies are held to
         # the bounds here (the branches hold each key to them)
         if asks is None or not self.one_to_one:
@@ -265,15 +303,16 @@ class MergeQuery:
                 if cond is not None:
                     q = q.where(cond)
         if asks is not None:
-            union = self.fan(self.pk_labels, after, upper, asks, "so_u")
-            # joined, each key once (a join in a branch can repeat one): the emulator
-            # runs an IN (subquery) again for every row of the outer statement
-            ids = select(*union.c)
-            u = (ids if self.one_to_one else ids.distinct()).subquery("so_r")
+            # joined (the emulator runs an IN (subquery) again for every row of the outer
+            # statement), with no subquery around the branches: every token of the text
+            # costs the Spanner DB-API's parse
+            u = self.fan(self.pk_labels, after, upper, asks, "so_u", joined=True)
+            if not self.one_to_one:  # each key once: a join in a branch can repeat one
+                u = select(*u.c).distinct().subquery("so_r")
             match = [u.c[lbl.name] == c for lbl, c in zip(self.pk_labels, self.pk, strict=True)]
             q = q.join(u, and_(*match))
         if keys:  # ordered by our labels, which no output name can shadow
-            q = q.add_columns(*self.key_labels)
+            q = q.add_columns(*self.key_labels, *([self.shard_label] if shard else []))
             q = q.order_by(*self._order(self.key_labels)).limit(n)
         else:
             q = q.order_by(*self._order([c for c, _ in self.columns])).limit(n)

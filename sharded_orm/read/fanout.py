@@ -5,6 +5,9 @@ On Spanner, ``N`` branches are one correlated subquery evaluated once per shard:
     UNNEST(GENERATE_ARRAY(0, N - 1)) AS so_shard_n,
     UNNEST(ARRAY(SELECT AS STRUCT ... WHERE shard = so_shard_n ... LIMIT @L)) AS name
 
+(as the right side of a JOIN, the same two in parentheses with CROSS JOIN: the rows
+statement joins them on the primary key with no subquery around them).
+
 The text is the same for every ``N`` (only the literal ``N - 1`` changes), so the
 Spanner DB-API's sqlparse pass over it, and SQLAlchemy's compile, cost the same at
 N = 64 as at N = 2 (a ``UNION ALL`` of 64 branches is about 20 kB of text). Every shard
@@ -55,12 +58,17 @@ class FanOut(TableClause):
         *TableClause._traverse_internals,
         ("inner", InternalTraversal.dp_clauseelement),
         ("count", InternalTraversal.dp_plain_obj),
+        ("joined", InternalTraversal.dp_plain_obj),
     ]
 
-    def __init__(self, name: str, columns: list[str], inner: Any, count: int) -> None:
+    def __init__(
+        self, name: str, columns: list[str], inner: Any, count: int, joined: bool = False
+    ) -> None:
         super().__init__(name, *(column(c) for c in columns))
         self.inner = inner
         self.count = count
+        #: rendered as a parenthesized join: the right side of a JOIN
+        self.joined = joined
 
 
 @compiles(FanOut)
@@ -70,7 +78,7 @@ def _compile_fan_out(element: FanOut, compiler: Any, **kw: Any) -> str:
     # with LIMIT), and ``str()`` shows what runs
     inner = compiler.process(element.inner)
     name = compiler.preparer.quote(element.name)
-    return (
-        f"UNNEST(GENERATE_ARRAY(0, {int(element.count) - 1})) AS {SHARD_VAR}, "
-        f"UNNEST(ARRAY({inner})) AS {name}"
-    )
+    shards = f"UNNEST(GENERATE_ARRAY(0, {int(element.count) - 1})) AS {SHARD_VAR}"
+    if element.joined:
+        return f"({shards} CROSS JOIN UNNEST(ARRAY({inner})) AS {name})"
+    return f"{shards}, UNNEST(ARRAY({inner})) AS {name}"

@@ -38,6 +38,7 @@ from sharded_orm.read.branches import (
     MergeQuery,
     MergeStats,
     is_async,
+    probe_limit,
     single_statement,
     statement_window,
 )
@@ -104,6 +105,7 @@ def plan_rounds(
     point = query.stmt.point_shard
     if point is not None:
         stats.rounds.append({point: want})
+        stats.bounds.append(None)
         stats.server_rows_read += want
         return Plan(None)
     shards = list(range(query.plan.shard.count))
@@ -115,6 +117,14 @@ def plan_rounds(
     # most N*ceil(K/N) + K index entries
     b = math.ceil(keys_wanted / len(shards)) + want // len(shards)
     rows = query.bound(shards, after, b, keys_wanted, stats)
+    return plan_from(rows, shards, want, b, step, pages)
+
+
+def plan_from(
+    rows: Sequence[Any], shards: list[int], want: int, b: int, step: int = 0, pages: int = 0
+) -> Plan:
+    """The rows statement's plan from a bound round's ``rows`` (sort key..., shard), the
+    first of every shard's first ``b``, in the database's order."""
     upper = list(rows[want - 1][:-1]) if len(rows) >= want else None
     count, last, full = _full(rows, min(want, len(rows)) - 1, b)
     asks: dict[int, int] = {}
@@ -149,6 +159,7 @@ def _run(
     stats.rows_transferred += len(rows)
     if plan.asks is not None:
         stats.rounds.append({s: c for s, c in plan.asks.items() if c})
+        stats.bounds.append(plan.upper)
         stats.server_rows_read += query.reads(plan.asks, plan.exact) if reads is None else reads
     return rows, key_rows
 
@@ -174,6 +185,10 @@ def read(
     and the two-round plan runs. Otherwise the two-round plan, its bound round also
     finding bounds for ``pages`` later pages of ``step`` rows (at most two statements).
     """
+    if not ahead and not pages and offset == 0 and query.stmt.point_shard is None:
+        limit = probe_limit(query.plan.shard.count, want) if query.one_to_one else None
+        if limit is not None:
+            return probe(query, want, limit, after, stats, keys)
     if ahead and query.stmt.point_shard is None and offset == 0:
         shards = range(query.plan.shard.count)
         bounded = Plan(dict.fromkeys(shards, want), ahead[0].values)
@@ -185,6 +200,38 @@ def read(
     plan = plan_rounds(query, want, after, stats, step, pages)
     rows, key_rows = _run(query, plan, n, offset, after, stats, keys)
     return rows, key_rows, plan.ahead
+
+
+def probe(
+    query: MergeQuery,
+    want: int,
+    limit: int,
+    after: Sequence[Any] | None,
+    stats: MergeStats,
+    keys: bool,
+) -> tuple[list[Any], list[list[Any]], list[Bound]]:
+    """The first ``want`` rows in one statement, every shard's branch ``LIMIT limit``,
+    with each row's sort key and shard; exact when no shard gave ``limit`` of them (a
+    shard that gave fewer gave all it holds up to the last row, or its next row would be
+    among them). Otherwise those rows are the bound round of the two-round plan, and its
+    rows statement follows."""
+    shards = list(range(query.plan.shard.count))
+    asks = dict.fromkeys(shards, limit)
+    stmt = query.rows_statement(asks, after, None, want, 0, True, shard=True)
+    rows, extra = query.run_rows(stmt, len(query.key_labels) + 1)
+    stats.statements += 1
+    stats.rows_transferred += len(rows)
+    stats.rounds.append(asks)
+    stats.bounds.append(None)
+    stats.server_rows_read += query.reads(asks, set())
+    given: dict[int, int] = {}
+    for row in extra:
+        given[row[-1]] = given.get(row[-1], 0) + 1
+    if all(c < limit for c in given.values()):
+        return rows, [k[:-1] for k in extra] if keys else [], []
+    plan = plan_from(extra, shards, want, limit)
+    rows, key_rows = _run(query, plan, want, 0, after, stats, keys)
+    return rows, key_rows, []
 
 
 def _limit(stmt: Any, limit: object, what: str) -> int:

@@ -353,6 +353,23 @@ class ShardedSelect(Select[Any]):
         correlated branch of a merge on Spanner: one text for every shard count)."""
         return self._generate()._with_predicate(None, True, var)
 
+    def without_plan(self, where: bool = True) -> Select[Any]:
+        """A plain ``Select``: this statement without its shard predicate and index hint
+        (and, ``where`` False, without its WHERE clause).
+
+        For the rows statement of a merge, joined on the primary key to branches that
+        carry them: there the hint would make Spanner find each row through the index
+        (reading the whole range), and the rest is text the DB-API parses for nothing.
+        """
+        rest, _ = _split_criteria(self._where_criteria)
+        plain: Select[Any] = Select.__new__(Select)
+        plain.__dict__ = self._generate().__dict__
+        del plain.__dict__["_sharded_plan"]
+        plain._where_criteria = tuple(rest) if where else ()
+        ours = (self._sharded_plan.table, _HINT_DIALECT)
+        plain._hints = type(plain._hints)({k: v for k, v in plain._hints.items() if k != ours})
+        return plain
+
     @property
     def point_shard(self) -> int | None:
         """The one shard this statement reads, or None when it reads every shard."""
