@@ -76,7 +76,9 @@ class Plan:
     ahead: list[Bound] = field(default_factory=list)
 
 
-def _full(rows: list[Any], upto: int, b: int) -> tuple[dict[int, int], dict[int, int], set[int]]:
+def _full(
+    rows: Sequence[Any], upto: int, b: int
+) -> tuple[dict[int, int], dict[int, int], set[int]]:
     """(count, last position, full shards) over ``rows[:upto + 1]``: a shard is full when it
     sent its ``b`` keys there, the last strictly before position ``upto``."""
     count: dict[int, int] = {}
