@@ -24,7 +24,8 @@ from sqlalchemy.sql.selectable import Join
 from sqlalchemy.sql.visitors import InternalTraversal
 
 from sharded_orm.errors import ShardConfigError, UnsupportedOnDialectError
-from sharded_orm.read.plan import ShardPlan, ShardPredicate, plan_of
+from sharded_orm.read.plan import ShardPlan, plan_of
+from sharded_orm.read.predicate import ShardPredicate
 
 _NULLS_HIGH = frozenset({"postgresql", "oracle"})
 
