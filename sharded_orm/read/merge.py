@@ -20,7 +20,10 @@ range are the first ``K`` of the union of each shard's first rows. With ``N`` sh
 
 The branches are one correlated subquery on Spanner, a ``UNION ALL`` elsewhere
 (``sharded_orm.read.fanout``). One statement (step 2 alone, every branch limited to
-``K``) when it reads few index entries (``single_statement``). A statement that pins one
+``K``) when it reads few index entries (``single_statement``). Where ``K/N`` is large
+enough, the probe (``probe_limit``): step 2 alone, every branch limited to about twice
+its share, with each row's key and shard; exact when no shard gave its whole LIMIT,
+otherwise its rows serve as step 1. A statement that pins one
 shard is step 2 without branches. A page's bound round also finds the bounds of the
 next pages, which then take step 2 alone. See docs/queries.md for the cost rule.
 """
