@@ -101,6 +101,10 @@ def single_statement(shards: int, want: int) -> bool:
     return n_k <= shards * math.ceil(want / shards) + want or n_k <= SINGLE_STATEMENT_READS
 
 
+#: the probe is used from this share of the first K rows per shard (K/N) on
+PROBE_SHARE = 6
+
+
 def probe_limit(shards: int, want: int) -> int | None:
     """The per-shard LIMIT ``L`` of one statement that is very likely the whole answer,
     or None where two rounds are better.
@@ -108,12 +112,13 @@ def probe_limit(shards: int, want: int) -> int | None:
     ``L = ceil(K/N) + floor(2K/N)``: the branches read ``N*L <= 2K + N*ceil(K/N)`` index
     entries. The answer is proven exact when no shard gave ``L`` of its first ``K`` rows
     (``sharded_orm.read.merge``). With shards of similar rates a shard's share of the
-    first ``K`` is about Poisson(K/N): used where ``L`` is at least 4 standard deviations
-    above it, so a second statement is needed only for a skewed shard.
+    first ``K`` is about Poisson(K/N); from ``K/N = PROBE_SHARE`` on, ``L >= 3K/N - 1``
+    is at least 4 standard deviations above it, so a second statement is needed only for
+    a skewed shard.
     """
-    share = want / shards
-    limit = math.ceil(share) + (2 * want) // shards
-    return limit if limit >= share + 4 * math.sqrt(share) + 1 else None
+    if want < PROBE_SHARE * shards:
+        return None
+    return math.ceil(want / shards) + (2 * want) // shards
 
 
 class MergeQuery:
