@@ -144,14 +144,16 @@ def upgrade(
 def events(stage: str) -> sa.MetaData:
     """Events keyed ``(ShardId, Timestamp DESC, EventId)`` during an 8 -> 16 key reshard:
     ``"old"`` (Events, 8 shards), ``"expand"`` (Events and its successor Events16, 16
-    shards, every write to both) or ``"contract"`` (Events16 only)."""
+    shards, every write to both), ``"both"`` (the two tables, no successor declared) or
+    ``"contract"`` (Events16 only). Fresh classes on every call: a test module's
+    ``declare_successor`` or mapper events reach no other module's models."""
     from sharded_orm import TimestampShardedMixin, declare_successor
 
     class Base(DeclarativeBase):
         pass
 
     models = {}
-    if stage in ("old", "expand"):
+    if stage in ("old", "expand", "both"):
 
         class Event(TimestampShardedMixin, Base):
             __tablename__ = "Events"
@@ -159,7 +161,7 @@ def events(stage: str) -> sa.MetaData:
             kind: Mapped[str] = mapped_column("Kind", sa.String(40))
 
         models["Event"] = Event
-    if stage in ("expand", "contract"):
+    if stage in ("expand", "both", "contract"):
 
         class Event16(TimestampShardedMixin, Base):
             __tablename__ = "Events16"

@@ -15,11 +15,12 @@ import pytest
 import sqlalchemy as sa
 from alembic.operations import Operations
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
+from reshard_models import events
+from sqlalchemy.orm import Session
 
 from alembic_ext import key_reshard, ops
 from alembic_ext.errors import MigrationError
-from sharded_orm import TimestampShardedMixin, compute_shard, sharded_select, verify
+from sharded_orm import compute_shard, sharded_select, verify
 from sharded_orm.load.copy import CopyProgress, compare_tables, copy_table, cursor_table_ddl
 from sharded_orm.spanner.mutations import database_of
 
@@ -28,20 +29,8 @@ pytestmark = pytest.mark.emulator
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
 
 
-class Base(DeclarativeBase):
-    pass
-
-
-class Event8(TimestampShardedMixin, Base):
-    __tablename__ = "Events"
-    __shard_count__ = 8
-    kind: Mapped[str] = mapped_column("Kind", sa.String(20))
-
-
-class Event16(TimestampShardedMixin, Base):
-    __tablename__ = "Events16"
-    __shard_count__ = 16
-    kind: Mapped[str] = mapped_column("Kind", sa.String(20))
+metadata = events("both")  # the old table and the expand's new one
+Event8, Event16 = metadata.info["models"]["Event"], metadata.info["models"]["Event16"]
 
 
 ROWS = [
@@ -51,7 +40,7 @@ ROWS = [
 
 
 def _old_rows(engine: sa.Engine) -> None:
-    Base.metadata.create_all(engine)
+    metadata.create_all(engine)
     database = database_of(engine)  # old rows, written fast through the mutation API
     with database.batch() as batch:
         batch.insert(
@@ -196,24 +185,24 @@ def test_external_copy_only_checks_and_offline_mode(spanner_engine: sa.Engine) -
     assert key_reshard.PROGRESS_ATTRIBUTE == ops.PROGRESS_ATTRIBUTE  # one callback for both
     _old_rows(spanner_engine)
     with spanner_engine.connect() as conn:
-        op = _ops(conn, Base.metadata)
+        op = _ops(conn, metadata)
         with pytest.raises(MigrationError, match="1200 rows of Events are not in Events16"):
             op.copy_table_rows("Events", "Events16", engine="external")
     copy_table(spanner_engine, Event8, Event16, progress_mode="off")  # "out of band"
     with spanner_engine.connect() as conn:
-        _ops(conn, Base.metadata).copy_table_rows("Events", "Events16", engine="external")
-        _ops(conn, Base.metadata).verify_tables("Events", "Events16")
+        _ops(conn, metadata).copy_table_rows("Events", "Events16", engine="external")
+        _ops(conn, metadata).verify_tables("Events", "Events16")
     with database_of(spanner_engine).batch() as batch:  # old code changes a row
         batch.update("Events", columns=["ShardId", "Timestamp", "EventId", "Kind"],
                      values=[[compute_shard((ROWS[5]["timestamp"],), 8), ROWS[5]["timestamp"],
                               "e00005", "changed"]])  # fmt: skip
     with spanner_engine.connect() as conn, pytest.raises(MigrationError, match="'different': 1"):
-        _ops(conn, Base.metadata).verify_tables("Events", "Events16")
+        _ops(conn, metadata).verify_tables("Events", "Events16")
     copy_table(spanner_engine, Event8, Event16, progress_mode="off")
     out = io.StringIO()
     offline = MigrationContext.configure(
         dialect_name="spanner+spanner",
-        opts={"as_sql": True, "output_buffer": out, "target_metadata": Base.metadata},
+        opts={"as_sql": True, "output_buffer": out, "target_metadata": metadata},
     )
     Operations(offline).copy_table_rows("Events", "Events16")
     check = [ln.rstrip(";") for ln in out.getvalue().splitlines() if "ERROR(" in ln]

@@ -20,11 +20,12 @@ from alembic import command
 from alembic.config import Config
 from alembic.operations import Operations
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
+from reshard_models import events
+from sqlalchemy.orm import Session
 
 from alembic_ext.errors import MigrationError
 from alembic_ext.ops import PROGRESS_ATTRIBUTE
-from sharded_orm import TimestampShardedMixin, compute_shard
+from sharded_orm import compute_shard
 
 pytestmark = pytest.mark.emulator
 
@@ -127,31 +128,19 @@ def test_inside_the_callers_explicit_transaction(spanner_engine: sa.Engine) -> N
     assert all(compute_shard((c, ts), 4) == s for c, ts, s in rows if c != "moved")
 
 
-class Base(DeclarativeBase):
-    pass
-
-
-class Event8(TimestampShardedMixin, Base):
-    __tablename__ = "Events"
-    __shard_count__ = 8
-    kind: Mapped[str] = mapped_column("Kind", sa.String(20))
-
-
-class Event16(TimestampShardedMixin, Base):
-    __tablename__ = "Events16"
-    __shard_count__ = 16
-    kind: Mapped[str] = mapped_column("Kind", sa.String(20))
+metadata = events("both")  # the old table and the expand's new one
+Event8, Event16 = metadata.info["models"]["Event"], metadata.info["models"]["Event16"]
 
 
 def test_key_reshard_ops_after_a_read(spanner_engine: sa.Engine) -> None:
     """The key reshard's ops run their copy and comparison the same way."""
     engine = spanner_engine
-    Base.metadata.create_all(engine)  # the old table and the expand's create_table
+    metadata.create_all(engine)  # the old table and the expand's create_table
     with Session(engine) as s, s.begin():
         s.add_all(Event8(timestamp=T0 + dt.timedelta(seconds=i), event_id=f"e{i}", kind="k")
                   for i in range(40))  # fmt: skip
     with engine.connect() as conn:
-        op = Operations(MigrationContext.configure(conn, opts={"target_metadata": Base.metadata}))
+        op = Operations(MigrationContext.configure(conn, opts={"target_metadata": metadata}))
         assert conn.execute(sa.text("SELECT COUNT(*) FROM Events")).scalar_one() == 40
         op.copy_table_rows("Events", "Events16")
         conn.execute(sa.text("SELECT 1")).all()

@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
+from reshard_models import events
+from sqlalchemy.orm import DeclarativeBase, Session
 
 from sharded_orm import (
     ShardConfigError,
@@ -23,20 +24,12 @@ from sharded_orm.write.successor import successor_of
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
 
 
+metadata = events("both")  # Events and the successor declared below, Events16
+Event, Event16 = metadata.info["models"]["Event"], metadata.info["models"]["Event16"]
+
+
 class Base(DeclarativeBase):
     pass
-
-
-class Event(TimestampShardedMixin, Base):
-    __tablename__ = "Events"
-    __shard_count__ = 8
-    kind: Mapped[str] = mapped_column("Kind", sa.String(20))
-
-
-class Event16(TimestampShardedMixin, Base):
-    __tablename__ = "Events16"
-    __shard_count__ = 16
-    kind: Mapped[str] = mapped_column("Kind", sa.String(20))
 
 
 class Plain(TimestampShardedMixin, Base):
@@ -68,6 +61,7 @@ def _same(engine: sa.Engine) -> dict[Any, Any]:
 @pytest.fixture
 def engine() -> Any:
     engine = sa.create_engine("sqlite://")
+    metadata.create_all(engine)
     Base.metadata.create_all(engine)
     yield engine
     engine.dispose()
@@ -164,6 +158,7 @@ def test_a_successor_must_hold_the_old_columns_and_a_key_shard() -> None:
 @pytest.mark.emulator
 def test_every_write_path_reaches_both_tables_on_spanner(spanner_engine: sa.Engine) -> None:
     engine = spanner_engine
+    metadata.create_all(engine)
     Base.metadata.create_all(engine)
     t = Event.__table__
     with Session(engine) as s, s.begin():  # ORM flush
