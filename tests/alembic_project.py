@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import re
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +51,18 @@ class Project:
         self.cfg.attributes["target_metadata"] = metadata
         script: Any = command.revision(self.cfg, message, autogenerate=True)
         return Path(script.path).read_text()
+
+    def hand_written(self, message: str, upgrade: str) -> str:
+        """A hand-written revision (as users write data migrations) with ``upgrade`` as its
+        upgrade body; returns its revision id."""
+        script: Any = command.revision(self.cfg, message)
+        path = Path(script.path)
+        text = re.sub(r"def upgrade\(\) -> None:\n.*?\n\n\ndef downgrade", (
+            "def upgrade() -> None:\n" + textwrap.indent(textwrap.dedent(upgrade), "    ")
+            + "\n\ndef downgrade"
+        ), path.read_text(), flags=re.S)  # fmt: skip
+        path.write_text(text)
+        return str(script.revision)
 
     def revisions(self, metadata: sa.MetaData, message: str) -> list[Any]:
         """Autogenerate that may write several files: their Alembic ``Script`` objects."""

@@ -9,8 +9,6 @@ batch, no rescan) and fills every row.
 from __future__ import annotations
 
 import datetime as dt
-import re
-import textwrap
 import threading
 import time
 from pathlib import Path
@@ -18,7 +16,6 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from alembic import command
 from alembic_project import Project
 from hypothesis import given
 from hypothesis import strategies as st
@@ -219,19 +216,6 @@ def test_silent_server_mid_partitioned_dml_ends_within_its_deadline(
     direct.dispose()
 
 
-def _revision(proj: Project, message: str, upgrade: str) -> str:
-    """A hand-written revision (as users write data migrations) with ``upgrade`` as body."""
-    script: Any = command.revision(proj.cfg, message)
-    path = Path(script.path)
-    text = path.read_text()
-    text = re.sub(r"def upgrade\(\) -> None:\n.*?\n\n\ndef downgrade", (
-        "def upgrade() -> None:\n" + textwrap.indent(textwrap.dedent(upgrade), "    ")
-        + "\n\ndef downgrade"
-    ), text, flags=re.S)  # fmt: skip
-    path.write_text(text)
-    return str(script.revision)
-
-
 def test_silent_server_at_the_commit_before_a_schema_change_ends_in_time(
     tmp_path: Path, spanner_emulator: Any, spanner_faults: Any, monkeypatch: Any
 ) -> None:
@@ -244,7 +228,7 @@ def test_silent_server_at_the_commit_before_a_schema_change_ends_in_time(
     proj = Project(tmp_path, spanner_emulator.url(db))
     monkeypatch.setenv("SPANNER_EMULATOR_HOST", proxy.host)  # env.py's engine: the proxy
     proj.cfg.attributes["target_metadata"] = None
-    head = _revision(proj, "backfill then index", """
+    head = proj.hand_written("backfill then index", """
         op.backfill_shard("Events", "Shard16", sources=["CompanyId", "Ts"], count=16,
                           batch_size=100, engine="client")
         op.execute("UPDATE Events SET CompanyId = 'c0' WHERE Id = 'e00000'")
@@ -285,7 +269,7 @@ def test_silent_server_mid_backfill_in_alembic_upgrade_ends_within_its_deadline(
     proj = Project(tmp_path, spanner_emulator.url(db))
     monkeypatch.setenv("SPANNER_EMULATOR_HOST", proxy.host)
     proj.cfg.attributes["target_metadata"] = None
-    head = _revision(proj, "backfill", """
+    head = proj.hand_written("backfill", """
         op.backfill_shard("Events", "Shard16", sources=["CompanyId", "Ts"], count=16,
                           batch_size=100, engine="client")
     """)  # fmt: skip

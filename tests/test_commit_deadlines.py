@@ -6,15 +6,12 @@ go through the same ``do_commit``; ``sqlalchemy.commit_timeout`` in alembic.ini 
 
 from __future__ import annotations
 
-import re
-import textwrap
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from alembic import command
 from alembic_project import Project
 from google.cloud.spanner_dbapi.exceptions import ProgrammingError
 
@@ -78,17 +75,6 @@ def test_commit_timeout_is_an_engine_argument_and_an_ini_option() -> None:
             sa.create_engine(URL, commit_timeout=bad)
 
 
-def _revision(proj: Project, message: str, upgrade: str) -> str:
-    script: Any = command.revision(proj.cfg, message)
-    path = Path(script.path)
-    text = re.sub(r"def upgrade\(\) -> None:\n.*?\n\n\ndef downgrade", (
-        "def upgrade() -> None:\n" + textwrap.indent(textwrap.dedent(upgrade), "    ")
-        + "\n\ndef downgrade"
-    ), path.read_text(), flags=re.S)  # fmt: skip
-    path.write_text(text)
-    return str(script.revision)
-
-
 @pytest.mark.emulator
 @pytest.mark.parametrize("block", [False, True], ids=["last commit", "autocommit_block"])
 def test_silent_server_at_a_migrations_commit_ends_in_time(
@@ -101,7 +87,7 @@ def test_silent_server_at_a_migrations_commit_ends_in_time(
     proj.cfg.set_main_option("sqlalchemy.commit_timeout", "3")  # as in alembic.ini
     monkeypatch.setenv("SPANNER_EMULATOR_HOST", spanner_faults.host)
     proj.cfg.attributes["target_metadata"] = None
-    first = _revision(proj, "nothing", "pass")
+    first = proj.hand_written("nothing", "pass")
     proj.upgrade()
     insert = "op.execute(\"INSERT OR UPDATE INTO Events (Id) VALUES ('x')\")"
     body = (
@@ -109,7 +95,7 @@ def test_silent_server_at_a_migrations_commit_ends_in_time(
         if block
         else insert
     )
-    second = _revision(proj, "data", body)
+    second = proj.hand_written("data", body)
     spanner_faults.hang("Commit", 120, times=1000)
     start = time.monotonic()
     with pytest.raises(sa.exc.OperationalError, match="its outcome is unknown"):

@@ -9,15 +9,12 @@ fake admin API: an operation still running at the ``ddl_timeout``, and one that 
 
 from __future__ import annotations
 
-import re
-import textwrap
 import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from alembic import command
 from alembic_project import Project
 from google.api_core import exceptions as api
 
@@ -31,29 +28,18 @@ from alembic_ext.schema_change import (
 )
 
 
-def _revision(proj: Project, message: str, upgrade: str) -> str:
-    script: Any = command.revision(proj.cfg, message)
-    path = Path(script.path)
-    text = re.sub(r"def upgrade\(\) -> None:\n.*?\n\n\ndef downgrade", (
-        "def upgrade() -> None:\n" + textwrap.indent(textwrap.dedent(upgrade), "    ")
-        + "\n\ndef downgrade"
-    ), path.read_text(), flags=re.S)  # fmt: skip
-    path.write_text(text)
-    return str(script.revision)
-
-
 def _project(tmp_path: Path, emulator: Any, proxy: Any, monkeypatch: Any) -> tuple[Any, str, str]:
     """A project at revision 1 (table Events); revision 2, not run, creates an index."""
     db = emulator.create_database()
     proj = Project(tmp_path, emulator.url(db))
     monkeypatch.setenv("SPANNER_EMULATOR_HOST", proxy.host)  # env.py's engine: the proxy
     proj.cfg.attributes["target_metadata"] = None
-    first = _revision(proj, "table", """
+    first = proj.hand_written("table", """
         op.create_table("Events", sa.Column("Id", sa.String(36), primary_key=True),
                         sa.Column("Kind", sa.String(20)))
     """)  # fmt: skip
     proj.upgrade()
-    second = _revision(proj, "index", 'op.create_index("EventsByKind", "Events", ["Kind"])')
+    second = proj.hand_written("index", 'op.create_index("EventsByKind", "Events", ["Kind"])')
     return proj, first, second
 
 
