@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -31,3 +32,14 @@ def wait_for(what: str, cond: Any, timeout: float = 60.0) -> None:
         if time.monotonic() > end:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.05)
+
+
+def stop(writer: subprocess.Popen[Any], out: Path) -> None:
+    """Asks the writer to stop (``out/stop``) and waits for it; killed after 60 s: never
+    leave a writer holding the emulator's one transaction."""
+    (out / "stop").touch()
+    try:
+        writer.wait(60)
+    except subprocess.TimeoutExpired:
+        writer.kill()
+        raise

@@ -25,6 +25,7 @@ from alembic import command
 from alembic_project import Project, body
 from old_writer import env as writer_env
 from old_writer import stats as writer_stats
+from old_writer import stop as stop_writer
 from old_writer import wait_for
 
 from alembic_ext.errors import MigrationError
@@ -148,12 +149,7 @@ def test_key_reshard_with_an_old_writer_throughout_and_a_kill_9(
         before = writer_stats(out)["failed"]
         wait_for("the fenced writer's errors", lambda: writer_stats(out)["failed"] >= before + 3)
     finally:
-        (out / "stop").touch()
-        try:
-            writer.wait(60)
-        except subprocess.TimeoutExpired:
-            writer.kill()  # never leave a writer holding the emulator's one transaction
-            raise
+        stop_writer(writer, out)
     stats = writer_stats(out)
     assert stats["ok"] > during > 5  # it wrote before, during and after the expand
     assert any("Events" in e for e in stats["errors"]), stats["errors"][-3:]
