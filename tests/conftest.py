@@ -7,6 +7,7 @@ come from our own pytest plugin, ``sharded_orm.testing``.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -23,3 +24,22 @@ def engine(request: pytest.FixtureRequest) -> Iterator[sa.Engine]:
         eng.dispose()
     else:
         yield request.getfixturevalue("spanner_engine")
+
+
+@pytest.fixture
+def beam_db(spanner_emulator: Any) -> Iterator[tuple[Any, dict[str, str]]]:
+    """A fresh emulator database with CrcLogEntry's table, and a Beam pipeline's ids."""
+    from at_scale_models import CrcBase
+
+    database_id = spanner_emulator.create_database()
+    engine = spanner_emulator.engine(database_id)
+    CrcBase.metadata.create_all(engine)
+    ids = {
+        "project_id": spanner_emulator.project,
+        "instance_id": spanner_emulator.instance_id,
+        "database_id": database_id,
+    }
+    try:
+        yield engine, ids
+    finally:
+        engine.dispose()

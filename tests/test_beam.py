@@ -7,13 +7,12 @@ import datetime as dt
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from decimal import Decimal
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from at_scale_models import BASE_TS, CrcBase, CrcLogEntry, load_old_rows, rows
+from at_scale_models import BASE_TS, CrcLogEntry, load_old_rows, rows
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
@@ -188,23 +187,6 @@ def pipeline(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([here, os.environ.get("PYTHONPATH", "")]))
     options = PipelineOptions(direct_running_mode="multi_processing", direct_num_workers=2)
     return lambda: beam.Pipeline(options=options)
-
-
-@pytest.fixture
-def beam_db(spanner_emulator: Any) -> Iterator[tuple[Any, dict[str, str]]]:
-    """A fresh emulator database with CrcLogEntry's table, and the pipeline's ids."""
-    database_id = spanner_emulator.create_database()
-    engine = spanner_emulator.engine(database_id)
-    CrcBase.metadata.create_all(engine)
-    ids = {
-        "project_id": spanner_emulator.project,
-        "instance_id": spanner_emulator.instance_id,
-        "database_id": database_id,
-    }
-    try:
-        yield engine, ids
-    finally:
-        engine.dispose()
 
 
 @pytest.mark.emulator

@@ -6,12 +6,11 @@ In-process DirectRunner against the emulator, through the fault proxy."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from at_scale_models import CrcBase, CrcLogEntry, load_old_rows, rows
+from at_scale_models import CrcLogEntry, load_old_rows, rows
 
 from sharded_orm import ShardConfigError
 
@@ -24,23 +23,11 @@ pytestmark = [pytest.mark.beam, pytest.mark.emulator]
 
 @pytest.fixture
 def proxied_db(
-    spanner_emulator: Any, spanner_faults: Any, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[tuple[Any, dict[str, str]]]:
-    """CrcLogEntry's table on a fresh database; the pipeline's clients reach it through
-    the fault proxy."""
-    database_id = spanner_emulator.create_database()
-    engine = spanner_emulator.engine(database_id)
-    CrcBase.metadata.create_all(engine)
+    beam_db: tuple[Any, dict[str, str]], spanner_faults: Any, monkeypatch: pytest.MonkeyPatch
+) -> tuple[Any, dict[str, str]]:
+    """``beam_db``, the pipeline's clients reaching it through the fault proxy."""
     monkeypatch.setenv("SPANNER_EMULATOR_HOST", spanner_faults.host)
-    ids = {
-        "project_id": spanner_emulator.project,
-        "instance_id": spanner_emulator.instance_id,
-        "database_id": database_id,
-    }
-    try:
-        yield engine, ids
-    finally:
-        engine.dispose()
+    return beam_db
 
 
 def _count(engine: sa.Engine) -> int:
