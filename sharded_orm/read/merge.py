@@ -31,6 +31,7 @@ next pages, which then take step 2 alone. See docs/queries.md for the cost rule.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, overload
@@ -156,10 +157,13 @@ def _run(
     stats: MergeStats,
     keys: bool,
     reads: int | None = None,
+    shard: bool = False,
 ) -> tuple[list[Any], list[list[Any]]]:
-    keys = keys or query.shadowed
-    stmt = query.rows_statement(plan.asks, after, plan.upper, n, offset, keys)
-    rows, key_rows = query.run_rows(stmt, len(query.key_labels) if keys else 0)
+    """The rows statement of ``plan``, run, and what it cost in ``stats`` (with ``keys``,
+    each row's sort key too; with ``shard``, its sort key and then its shard)."""
+    keys = keys or query.shadowed or shard
+    stmt = query.rows_statement(plan.asks, after, plan.upper, n, offset, keys, shard)
+    rows, key_rows = query.run_rows(stmt, len(query.key_labels) + shard if keys else 0)
     stats.statements += 1
     stats.rows_transferred += len(rows)
     if plan.asks is not None:
@@ -221,18 +225,9 @@ def probe(
     among them). Otherwise those rows are the bound round of the two-round plan, and its
     rows statement follows."""
     shards = list(range(query.plan.shard.count))
-    asks = dict.fromkeys(shards, limit)
-    stmt = query.rows_statement(asks, after, None, want, 0, True, shard=True)
-    rows, extra = query.run_rows(stmt, len(query.key_labels) + 1)
-    stats.statements += 1
-    stats.rows_transferred += len(rows)
-    stats.rounds.append(asks)
-    stats.bounds.append(None)
-    stats.server_rows_read += query.reads(asks, set())
-    given: dict[int, int] = {}
-    for row in extra:
-        given[row[-1]] = given.get(row[-1], 0) + 1
-    if all(c < limit for c in given.values()):
+    plan = Plan(dict.fromkeys(shards, limit))
+    rows, extra = _run(query, plan, want, 0, after, stats, True, shard=True)
+    if all(c < limit for c in Counter(row[-1] for row in extra).values()):
         return rows, [k[:-1] for k in extra] if keys else [], []
     plan = plan_from(extra, shards, want, limit)
     rows, key_rows = _run(query, plan, want, 0, after, stats, keys)
