@@ -32,6 +32,11 @@ class ShardMismatchError(ShardingError, ValueError):
     """
 
 
+class ShardReadError(ShardingError, RuntimeError):
+    """A read across shards could not give a consistent answer (the rows kept changing
+    between its statements)."""
+
+
 class UnsupportedOnDialectError(ShardingError, NotImplementedError):
     """A construct cannot be honoured on the dialect in use."""
 

@@ -316,8 +316,10 @@ class MergeQuery:
                 u = select(*u.c).distinct().subquery("so_r")
             match = [u.c[lbl.name] == c for lbl, c in zip(self.pk_labels, self.pk, strict=True)]
             q = q.join(u, and_(*match))
+        extra = [*(self.key_labels if keys else []), *([self.shard_label] if shard else [])]
+        if extra:
+            q = q.add_columns(*extra)
         if keys:  # ordered by our labels, which no output name can shadow
-            q = q.add_columns(*self.key_labels, *([self.shard_label] if shard else []))
             q = q.order_by(*self._order(self.key_labels)).limit(n)
         else:
             q = q.order_by(*self._order([c for c, _ in self.columns])).limit(n)

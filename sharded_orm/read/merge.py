@@ -46,6 +46,12 @@ from sharded_orm.read.branches import (
     single_statement,
     statement_window,
 )
+from sharded_orm.read.consistency import (
+    CONSISTENT_ATTEMPTS,
+    RowsChanged,
+    changed_error,
+    rows_are_whole,
+)
 from sharded_orm.read.order import (
     order_columns as order_columns,  # re-exported: sharded_orm imports it from here
 )
@@ -78,6 +84,8 @@ class Plan:
     upper: list[Any] | None = None
     exact: set[int] = field(default_factory=set)
     ahead: list[Bound] = field(default_factory=list)
+    #: made from a bound round's rows (its rows statement is then checked against them)
+    from_round: bool = False
 
 
 def _full(
@@ -145,7 +153,7 @@ def plan_from(
         if pos >= len(rows):
             break
         ahead.append(Bound(list(rows[pos][:-1]), len(_full(rows, pos, b)[2])))
-    return Plan(asks, upper, set(shards) - full, ahead)
+    return Plan(asks, upper, set(shards) - full, ahead, from_round=True)
 
 
 def _run(
@@ -158,18 +166,36 @@ def _run(
     keys: bool,
     reads: int | None = None,
     shard: bool = False,
+    checked: bool = False,
 ) -> tuple[list[Any], list[list[Any]]]:
     """The rows statement of ``plan``, run, and what it cost in ``stats`` (with ``keys``,
-    each row's sort key too; with ``shard``, its sort key and then its shard)."""
+    each row's sort key too; with ``shard``, its sort key and then its shard).
+
+    ``checked`` (a plan from a bound round that may have run in another snapshot): every
+    branch may give one row more than the plan asks, each row's shard comes back too, and
+    ``RowsChanged`` is raised unless the rows are provably the first ``n`` (``rows_are_whole``).
+    """
     keys = keys or query.shadowed or shard
-    stmt = query.rows_statement(plan.asks, after, plan.upper, n, offset, keys, shard)
-    rows, key_rows = query.run_rows(stmt, len(query.key_labels) + shard if keys else 0)
+    asks = plan.asks
+    if checked and asks is not None:
+        asks = {s: c + 1 for s, c in asks.items()}
+    stmt = query.rows_statement(asks, after, plan.upper, n, offset, keys, shard or checked)
+    width = (len(query.key_labels) if keys else 0) + (shard or checked)
+    rows, key_rows = query.run_rows(stmt, width)
     stats.statements += 1
     stats.rows_transferred += len(rows)
-    if plan.asks is not None:
-        stats.rounds.append({s: c for s, c in plan.asks.items() if c})
+    if asks is not None and plan.asks is not None:
+        stats.rounds.append({s: c for s, c in asks.items() if c})
         stats.bounds.append(plan.upper)
-        stats.server_rows_read += query.reads(plan.asks, plan.exact) if reads is None else reads
+        if reads is None:  # a shard known to hold ``c`` rows up to the bound reads ``c``
+            reads = query.reads(asks, plan.exact) - len(plan.exact & asks.keys()) * checked
+        stats.server_rows_read += reads
+    if checked and asks is not None:
+        top = max(asks.values(), default=0) if query.correlated else None
+        shards = [k[-1] for k in key_rows]
+        if not rows_are_whole(shards, asks, top, n, plan.upper is not None):
+            raise RowsChanged
+        key_rows = [k[:-1] for k in key_rows]
     return rows, key_rows
 
 
@@ -206,9 +232,38 @@ def read(
         rows, key_rows = _run(query, bounded, n, offset, after, stats, keys, reads)
         if len(rows) == n:
             return rows, key_rows, list(ahead[1:])
-    plan = plan_rounds(query, want, after, stats, step, pages)
-    rows, key_rows = _run(query, plan, n, offset, after, stats, keys)
-    return rows, key_rows, plan.ahead
+    return _two_rounds(query, want, n, offset, after, stats, keys, step, pages)
+
+
+def _checkable(query: MergeQuery, offset: int) -> bool:
+    """Whether a rows statement can be checked against its bound round: not past an
+    OFFSET (the skipped rows' shards are not seen) nor DISTINCT (a shard column would
+    change what it removes)."""
+    return offset == 0 and not query.stmt._distinct
+
+
+def _two_rounds(
+    query: MergeQuery,
+    want: int,
+    n: int,
+    offset: int,
+    after: Sequence[Any] | None,
+    stats: MergeStats,
+    keys: bool,
+    step: int = 0,
+    pages: int = 0,
+) -> tuple[list[Any], list[list[Any]], list[Bound]]:
+    """The bound round, then the rows statement, checked; read again when the rows
+    changed between them."""
+    for _ in range(CONSISTENT_ATTEMPTS):
+        plan = plan_rounds(query, want, after, stats, step, pages)
+        checked = plan.from_round and _checkable(query, offset)
+        try:
+            rows, key_rows = _run(query, plan, n, offset, after, stats, keys, checked=checked)
+        except RowsChanged:
+            continue
+        return rows, key_rows, plan.ahead
+    raise changed_error()
 
 
 def probe(
@@ -225,13 +280,18 @@ def probe(
     among them). Otherwise those rows are the bound round of the two-round plan, and its
     rows statement follows."""
     shards = list(range(query.plan.shard.count))
-    plan = Plan(dict.fromkeys(shards, limit))
-    rows, extra = _run(query, plan, want, 0, after, stats, True, shard=True)
-    if all(c < limit for c in Counter(row[-1] for row in extra).values()):
-        return rows, [k[:-1] for k in extra] if keys else [], []
-    plan = plan_from(extra, shards, want, limit)
-    rows, key_rows = _run(query, plan, want, 0, after, stats, keys)
-    return rows, key_rows, []
+    for _ in range(CONSISTENT_ATTEMPTS):
+        plan = Plan(dict.fromkeys(shards, limit))
+        rows, extra = _run(query, plan, want, 0, after, stats, True, shard=True)
+        if all(c < limit for c in Counter(row[-1] for row in extra).values()):
+            return rows, [k[:-1] for k in extra] if keys else [], []
+        plan = plan_from(extra, shards, want, limit)
+        try:
+            rows, key_rows = _run(query, plan, want, 0, after, stats, keys, checked=True)
+        except RowsChanged:
+            continue
+        return rows, key_rows, []
+    raise changed_error()
 
 
 def _limit(stmt: Any, limit: object, what: str) -> int:

@@ -1,0 +1,236 @@
+"""merged()/page() when their statements do not share a snapshot (AUTOCOMMIT on Spanner,
+READ COMMITTED elsewhere): rows written between the bound round and the rows statement
+are read again, never answered from two different states of the table."""
+
+from __future__ import annotations
+
+import datetime as dt
+import random
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from sqlalchemy import event
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+from sharded_orm import (
+    MergeStats,
+    ShardedIndex,
+    ShardReadError,
+    UTCDateTime,
+    get_shard_column,
+    merged,
+    page,
+    shard_column,
+    sharded_select,
+)
+from sharded_orm.read.merge import CONSISTENT_ATTEMPTS
+
+T0 = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
+
+
+class B(DeclarativeBase):
+    pass
+
+
+class Post(B):
+    __tablename__ = "posts"
+    id: Mapped[int] = mapped_column(primary_key=True, autoincrement=False)
+    ts: Mapped[dt.datetime] = mapped_column(UTCDateTime)
+    s: Mapped[int] = shard_column("id", count=16)
+    __table_args__ = (ShardedIndex("posts_by_ts", sa.desc("ts"), shard="s"),)
+
+
+T = Post.__table__
+SHARD = get_shard_column(Post, "s")
+
+
+def newest() -> Any:
+    return sharded_select(Post, index="posts_by_ts").order_by(Post.ts.desc())
+
+
+def answer(c: sa.Connection, k: int) -> list[Any]:
+    return c.execute(sa.select(T).order_by(T.c.ts.desc(), T.c.id).limit(k)).all()
+
+
+def rows(count: int, seed: int, boost: int | None = None) -> list[dict[str, Any]]:
+    rng = random.Random(seed)
+    out = []
+    for i in range(count):
+        ts = T0 + dt.timedelta(seconds=rng.randrange(10**6))
+        if boost is not None and SHARD.compute([i]) == boost:
+            ts += dt.timedelta(days=30)  # this shard holds the newest rows
+        out.append({"id": i, "ts": ts})
+    return out
+
+
+def newer_rows_in_one_shard(first_id: int, n: int, days: int = 400) -> list[dict[str, Any]]:
+    """``n`` rows newer than every loaded row, all in the shard of ``first_id``."""
+    target, out, i = SHARD.compute([first_id]), [], first_id
+    while len(out) < n:
+        if SHARD.compute([i]) == target:
+            out.append({"id": i, "ts": T0 + dt.timedelta(days=days, seconds=len(out))})
+        i += 1
+    return out
+
+
+def insert_newest(w: sa.Connection) -> None:
+    w.execute(T.insert(), newer_rows_in_one_shard(100_000, 6))
+
+
+def delete_newest(w: sa.Connection) -> None:
+    w.execute(T.delete().where(T.c.id.in_([r.id for r in answer(w, 8)])))
+
+
+@pytest.fixture
+def engine(tmp_path: Path) -> Iterator[sa.Engine]:
+    """A file database: the writer's commits are seen by the reader's next statement
+    (pysqlite runs a SELECT outside any transaction), as under READ COMMITTED."""
+    eng = sa.create_engine(f"sqlite:///{tmp_path / 'posts.db'}")
+    B.metadata.create_all(eng)
+    yield eng
+    eng.dispose()
+
+
+def write_before(
+    c: sa.Connection, writer: sa.Engine, statements: set[int], write: Callable[..., None]
+) -> None:
+    """Commits ``write`` through ``writer`` before the reader's statements numbered in
+    ``statements`` (1 is the first after this call)."""
+    count = [0]
+
+    @event.listens_for(c, "before_cursor_execute")
+    def _write(*_: Any) -> None:
+        count[0] += 1
+        if count[0] in statements:
+            with writer.begin() as w:
+                write(w)
+
+
+@pytest.mark.parametrize("write", [insert_newest, delete_newest])
+@pytest.mark.parametrize(("k", "boost"), [(80, None), (90, None), (150, 3)])
+def test_a_write_between_the_statements_is_read_again(
+    engine: sa.Engine, write: Callable[..., None], k: int, boost: int | None
+) -> None:
+    """k = 80, 90: two rounds; k = 150 with one shard holding the newest rows: the probe
+    and its second statement. The write lands before the second statement: the rows are
+    the table's first k after it, read again (before the fix: 72 of 80 rows after the
+    delete, and a mix of both states after the insert)."""
+    with engine.begin() as c:
+        c.execute(T.insert(), rows(4000, 5, boost))
+    with engine.connect() as c:
+        write_before(c, engine, {2}, write)
+        stats = MergeStats()
+        got = merged(c, newest(), k, stats=stats)
+        assert got == answer(c, k)
+    if write is delete_newest and boost is None:  # fewer than k up to the bound: again
+        assert stats.statements == 4
+    else:  # read again unless the rows prove themselves whole after the insert too
+        assert stats.statements in (2, 4)
+    assert stats.rows_transferred <= 2 * k
+
+
+def test_rows_that_keep_changing_end_in_a_clear_error(engine: sa.Engine) -> None:
+    with engine.begin() as c:
+        c.execute(T.insert(), rows(4000, 5))
+    batches = iter(range(200_000, 10**7, 1000))
+    with engine.connect() as c:
+        write_before(
+            c,
+            engine,
+            {2 * i + 2 for i in range(CONSISTENT_ATTEMPTS)},
+            lambda w: w.execute(T.insert(), newer_rows_in_one_shard(next(batches), 6)),
+        )
+        stats = MergeStats()
+        with pytest.raises(ShardReadError, match="read-only") as err:
+            merged(c, newest(), 80, stats=stats)
+    assert f"on {CONSISTENT_ATTEMPTS} attempts" in str(err.value)
+    assert stats.statements == 2 * CONSISTENT_ATTEMPTS
+
+
+def test_the_first_page_after_a_write(engine: sa.Engine) -> None:
+    with engine.begin() as c:
+        c.execute(T.insert(), rows(3000, 8))
+    with engine.connect() as c:
+        write_before(c, engine, {2}, delete_newest)
+        first = page(c, newest(), 80)
+        assert first.rows == answer(c, 80)
+        second = page(c, newest(), 80, first.next_cursor)
+        assert second.rows == answer(c, 160)[80:]
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    k=st.sampled_from([70, 80, 95, 120, 200]),
+    seed=st.integers(0, 10**6),
+    boost=st.none() | st.integers(0, 15),
+    inserts=st.lists(st.tuples(st.integers(0, 15), st.integers(-40, 40)), max_size=12),
+    deletes=st.lists(st.integers(0, 199), max_size=12),
+)
+def test_any_write_between_the_statements(
+    tmp_path_factory: pytest.TempPathFactory,
+    k: int,
+    seed: int,
+    boost: int | None,
+    inserts: list[tuple[int, int]],
+    deletes: list[int],
+) -> None:
+    """Rows inserted into any shard around the newest ones (days from the newest
+    loaded), and any of the first 200 deleted, before the second statement: the answer
+    is the table's first k after the writes, or before them when the read took one
+    statement."""
+    eng = sa.create_engine(f"sqlite:///{tmp_path_factory.mktemp('w') / 'p.db'}")
+    B.metadata.create_all(eng)
+    with eng.begin() as c:
+        c.execute(T.insert(), rows(1500, seed, boost))
+        before = answer(c, k)
+        top = answer(c, 200)
+
+    def write(w: sa.Connection) -> None:
+        gone = {top[i].id for i in deletes if i < len(top)}
+        w.execute(T.delete().where(T.c.id.in_(gone)))
+        new = []
+        for n, (shard, days) in enumerate(inserts):
+            row = newer_rows_in_one_shard(10**6 + 1000 * shard + n, 1, 60 + days)[0]
+            row["ts"] += dt.timedelta(microseconds=n)
+            new.append(row)
+        if new:
+            w.execute(T.insert(), new)
+
+    with eng.connect() as c:
+        write_before(c, eng, {2}, write)
+        stats = MergeStats()
+        got = merged(c, newest(), k, stats=stats)
+        assert got == (answer(c, k) if stats.statements > 1 else before)
+    eng.dispose()
+
+
+@pytest.mark.emulator
+@pytest.mark.filterwarnings("ignore:This method is non-operational:UserWarning")  # its close
+def test_autocommit_on_the_emulator(spanner_engine: sa.Engine) -> None:
+    """AUTOCOMMIT: each statement reads its own snapshot, and the write between them is
+    read again. A read-only transaction: one snapshot, which does not see the write."""
+    Post.__table__.create(spanner_engine)
+    with spanner_engine.begin() as c:
+        c.execute(T.insert(), rows(1200, 3))
+    with spanner_engine.connect() as c:
+        before = [tuple(r) for r in answer(c, 80)]
+    auto = spanner_engine.connect().execution_options(isolation_level="AUTOCOMMIT")
+    with auto as c:
+        write_before(c, spanner_engine, {2}, insert_newest)
+        stats = MergeStats()
+        got = [tuple(r) for r in merged(c, newest(), 80, stats=stats)]
+    with spanner_engine.connect() as c:
+        assert got == [tuple(r) for r in answer(c, 80)] != before
+    assert stats.statements == 4
+    after_insert = got
+    with spanner_engine.connect().execution_options(read_only=True) as c:
+        write_before(c, spanner_engine, {2}, delete_newest)
+        stats = MergeStats()
+        got = [tuple(r) for r in merged(c, newest(), 80, stats=stats)]
+    assert got == after_insert  # the snapshot began before the delete
+    assert stats.statements == 2
