@@ -234,3 +234,30 @@ def test_autocommit_on_the_emulator(spanner_engine: sa.Engine) -> None:
         got = [tuple(r) for r in merged(c, newest(), 80, stats=stats)]
     assert got == after_insert  # the snapshot began before the delete
     assert stats.statements == 2
+
+
+def test_pages_of_two_rounds_keep_one_compiled_form(engine: sa.Engine) -> None:
+    """Pages of 70 over 16 shards take two rounds (checked) or one statement up to a bound
+    found earlier (not checked): both rows statements have one shape, so every statement
+    after the first page is a compiled-cache hit."""
+    from sqlalchemy.engine.default import CACHE_HIT
+
+    with engine.begin() as c:
+        c.execute(T.insert(), rows(1500, 4))
+    hits: list[Any] = []
+    with engine.connect() as c:
+        event.listen(c, "after_cursor_execute", lambda *a: hits.append(a[4].cache_hit))
+        truth = c.execute(sa.select(T).order_by(T.c.ts.desc(), T.c.id)).all()
+        cursor, walked, pages, rounds = None, [], 0, []
+        while True:
+            before = len(hits)
+            p = page(c, newest(), 70, cursor)
+            walked += p.rows
+            rounds.append(p.stats.statements)
+            if pages:
+                assert hits[before:] and all(h == CACHE_HIT for h in hits[before:]), pages
+            pages += 1
+            if (cursor := p.next_cursor) is None:
+                break
+    assert walked == truth
+    assert rounds[0] == 2 and 1 in rounds  # a bound round, then bounds it found ahead

@@ -173,14 +173,18 @@ def _run(
 
     ``checked`` (a plan from a bound round that may have run in another snapshot): every
     branch may give one row more than the plan asks, each row's shard comes back too, and
-    ``RowsChanged`` is raised unless the rows are provably the first ``n`` (``rows_are_whole``).
+    ``RowsChanged`` is raised unless the rows are provably the first ``n``
+    (``rows_are_whole``).
     """
     keys = keys or query.shadowed or shard
     asks = plan.asks
+    checked = checked and asks is not None
     if checked and asks is not None:
         asks = {s: c + 1 for s, c in asks.items()}
-    stmt = query.rows_statement(asks, after, plan.upper, n, offset, keys, shard or checked)
-    width = (len(query.key_labels) if keys else 0) + (shard or checked)
+    # a page's rows statements have one shape, checked or not (one compiled form)
+    with_shard = shard or checked or query.keyset
+    stmt = query.rows_statement(asks, after, plan.upper, n, offset, keys, with_shard)
+    width = (len(query.key_labels) if keys else 0) + with_shard
     rows, key_rows = query.run_rows(stmt, width)
     stats.statements += 1
     stats.rows_transferred += len(rows)
@@ -195,6 +199,7 @@ def _run(
         shards = [k[-1] for k in key_rows]
         if not rows_are_whole(shards, asks, top, n, plan.upper is not None):
             raise RowsChanged
+    if with_shard and not shard:
         key_rows = [k[:-1] for k in key_rows]
     return rows, key_rows
 
