@@ -170,6 +170,7 @@ def test_the_first_page_after_a_write(engine: sa.Engine) -> None:
     boost=st.none() | st.integers(0, 15),
     inserts=st.lists(st.tuples(st.integers(0, 15), st.integers(-40, 40)), max_size=12),
     deletes=st.lists(st.integers(0, 199), max_size=12),
+    distinct=st.booleans(),
 )
 def test_any_write_between_the_statements(
     tmp_path_factory: pytest.TempPathFactory,
@@ -178,11 +179,12 @@ def test_any_write_between_the_statements(
     boost: int | None,
     inserts: list[tuple[int, int]],
     deletes: list[int],
+    distinct: bool,
 ) -> None:
     """Rows inserted into any shard around the newest ones (days from the newest
     loaded), and any of the first 200 deleted, before the second statement: the answer
     is the table's first k after the writes, or before them when the read took one
-    statement."""
+    statement; with DISTINCT too."""
     eng = sa.create_engine(f"sqlite:///{tmp_path_factory.mktemp('w') / 'p.db'}")
     B.metadata.create_all(eng)
     with eng.begin() as c:
@@ -204,7 +206,8 @@ def test_any_write_between_the_statements(
     with eng.connect() as c:
         write_before(c, eng, {2}, write)
         stats = MergeStats()
-        got = merged(c, newest(), k, stats=stats)
+        stmt = newest().distinct() if distinct else newest()
+        got = merged(c, stmt, k, stats=stats)
         assert got == (answer(c, k) if stats.statements > 1 else before)
     eng.dispose()
 

@@ -6,14 +6,18 @@ ordering columns; a many-to-one join, a join that repeats rows, DISTINCT, OFFSET
 statement's own LIMIT. The result of the sharded statement executed directly, of
 ``merged`` and of every page must equal the unsharded statement's rows in its order
 (``ORDER BY`` the merge's total order), on SQLite and, with fewer and smaller examples, on
-the Spanner emulator. Also: rows inserted between pages.
+the Spanner emulator, under every plan of the cost rule (one statement, two rounds, the
+probe), each forced: examples this small fall under the one-statement rule. Also: rows
+inserted between pages.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
+from unittest import mock
 
 import pytest
 import sqlalchemy as sa
@@ -23,6 +27,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
 from sharded_orm import MergeStats, ShardedIndex, UTCDateTime, merged, page, shard_column
 from sharded_orm import sharded_select as sharded_select_
+from sharded_orm.read import branches
 from sharded_orm.read.order import order_columns
 
 T0 = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
@@ -194,6 +199,15 @@ def all_pages(conn: Any, stmt: Any, size: int, bound: int) -> list[Any]:
     raise AssertionError("pagination did not end")
 
 
+#: the cost rule's plans, each forced (small examples fall under the one-statement rule):
+#: {name: (SINGLE_STATEMENT_READS, PROBE_SHARE)}
+PLANS = {
+    "rule": (branches.SINGLE_STATEMENT_READS, branches.PROBE_SHARE),
+    "two rounds": (0, 10**9),
+    "probe": (0, 1),
+}
+
+
 def check_against_oracle(conn: sa.Connection, ex: dict[str, Any]) -> None:
     reset(conn, ex)
     stmt, plain = make_query(ex)
@@ -201,6 +215,22 @@ def check_against_oracle(conn: sa.Connection, ex: dict[str, Any]) -> None:
     # the sharded statement itself, in the same order
     direct = ordered(stmt, order_columns(stmt))
     assert user_part(conn.execute(direct)) == everything
+    for name in PLANS:
+        with forced(name):
+            check_merges(conn, ex, stmt, everything)
+
+
+@contextmanager
+def forced(plan: str) -> Iterator[None]:
+    reads, share = PLANS[plan]
+    with (
+        mock.patch.object(branches, "SINGLE_STATEMENT_READS", reads),
+        mock.patch.object(branches, "PROBE_SHARE", share),
+    ):
+        yield
+
+
+def check_merges(conn: sa.Connection, ex: dict[str, Any], stmt: Any, everything: Any) -> None:
     oracle = everything[ex["offset"] :]
     stmt = stmt.offset(ex["offset"]) if ex["offset"] else stmt
     k = ex["limit"]
@@ -246,10 +276,13 @@ def test_entities_through_a_session(sqlite_engine: sa.Engine, ex: dict[str, Any]
         stmt, plain = make_query(ex)
         oracle = [r.id for r in session.connection().execute(plain)][ex["offset"] :]
         stmt = stmt.offset(ex["offset"]) if ex["offset"] else stmt
-        got = merged(session, stmt, ex["limit"])
-        assert all(isinstance(e, MODELS[ex["n"]]) for e in got)
-        assert [e.id for e in got] == oracle[: ex["limit"]]
-        assert [e.id for e in all_pages(session, stmt, ex["page"], len(oracle) + 2)] == oracle
+        for name in PLANS:
+            with forced(name):
+                got = merged(session, stmt, ex["limit"])
+                assert all(isinstance(e, MODELS[ex["n"]]) for e in got)
+                assert [e.id for e in got] == oracle[: ex["limit"]]
+                walked = all_pages(session, stmt, ex["page"], len(oracle) + 2)
+                assert [e.id for e in walked] == oracle
         session.rollback()
 
 

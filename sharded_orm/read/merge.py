@@ -240,11 +240,11 @@ def read(
     return _two_rounds(query, want, n, offset, after, stats, keys, step, pages)
 
 
-def _checkable(query: MergeQuery, offset: int) -> bool:
+def _checkable(offset: int) -> bool:
     """Whether a rows statement can be checked against its bound round: not past an
-    OFFSET (the skipped rows' shards are not seen) nor DISTINCT (a shard column would
-    change what it removes)."""
-    return offset == 0 and not query.stmt._distinct
+    OFFSET (the skipped rows' shards are not seen). DISTINCT can: the order's columns
+    are selected, the primary key among them, so the shard column removes nothing."""
+    return offset == 0
 
 
 def _two_rounds(
@@ -262,7 +262,7 @@ def _two_rounds(
     changed between them."""
     for _ in range(CONSISTENT_ATTEMPTS):
         plan = plan_rounds(query, want, after, stats, step, pages)
-        checked = plan.from_round and _checkable(query, offset)
+        checked = plan.from_round and _checkable(offset)
         try:
             rows, key_rows = _run(query, plan, n, offset, after, stats, keys, checked=checked)
         except RowsChanged:
