@@ -12,10 +12,11 @@ per shard count (N = 16 and 64, uniform random timestamps), then reads the newes
 
 For each: statements, full rows transferred, sort-key rows transferred, server rows
 read and client CPU (process time, this process only: compile, the DB-API's parsing,
-result processing), best of ROUNDS interleaved rounds. Server rows read are index
-entries, counted from the loaded data: a branch (one shard, ordered by the index) reads
-its index range until its LIMIT or the bound it stops at, whichever comes first; the one
-query reads every row of the range. ``bound`` is merged()'s own upper bound
+result processing), best of ROUNDS interleaved rounds; ``parse`` is the part of it the
+Spanner DB-API's sqlparse pass over the statements' text takes (timed apart). Server
+rows read are index entries, counted from the loaded data: a branch (one shard, ordered
+by the index) reads its index range until its LIMIT or the bound it stops at, whichever
+comes first; the one query reads every row of the range. ``bound`` is merged()'s own upper bound
 (``MergeStats.server_rows_read``: it cannot know how many rows a shard holds).
 
 Then a page() walk of the N = 16 table against an unsharded keyset walk (one
@@ -32,6 +33,7 @@ import bisect
 import datetime as dt
 import functools
 import heapq
+import math
 import random
 import time
 from typing import Any
@@ -121,17 +123,34 @@ def count_statements(engine: sa.Engine) -> tuple[list[int], list[Any]]:
     def _count(conn: Any, cursor: Any, statement: str, params: Any, ctx: Any, many: Any) -> None:
         counter[0] += 1
         cache.append(ctx.cache_hit)
+        TEXTS.append(statement)
 
     return counter, cache
 
 
 WALL: list[float] = [0.0]  # wall seconds of the last cpu() call
+TEXTS: list[str] = []  # the statements sent since the last cpu() call
+
+
+@functools.cache
+def parse_ms(statement: str) -> float:
+    """CPU ms of the Spanner DB-API's parse of ``statement`` (its ``sqlparse.format``
+    pass, on every execution), best of 5."""
+    import sqlparse
+
+    best = math.inf
+    for _ in range(5):
+        start = time.process_time()
+        sqlparse.format(statement, strip_comments=True)
+        best = min(best, time.process_time() - start)
+    return best * 1000
 
 
 def cpu(fn: Any) -> tuple[Any, float]:
     """(result, process CPU ms). The wall time goes to WALL: gRPC's wait loop costs the
     client about 2 ms of CPU per second a statement waits on the server, and the
     emulator answers a fan-out over 30,000 rows in seconds, where Spanner takes ms."""
+    TEXTS.clear()
     start, wall = time.process_time(), time.perf_counter()
     out = fn()
     WALL[0] = time.perf_counter() - wall
@@ -147,7 +166,8 @@ def main() -> None:
     print(f"{args.rows} rows per table, Spanner emulator, best of {args.rounds} rounds")
     print(
         f"{'N':>3} {'k':>5}  {'strategy':<20}{'stmts':>6}{'rows':>7}{'keys':>7}"
-        f"{'server rows':>12}{'bound':>7}{'CPU ms':>9}{'x one':>7}{'x per-shard':>12}{'wall s':>8}"
+        f"{'server rows':>12}{'bound':>7}{'CPU ms':>9}{'parse':>7}{'x one':>7}{'x per-shard':>12}"
+        f"{'wall s':>8}"
     )
     with local_emulator() as emulator:
         db_id = emulator.create_database()
@@ -162,10 +182,10 @@ def main() -> None:
                     best = measure(conn, m, n, k, args, counter, keys[n])
                 one = best["one query"][5]
                 per_shard = best["N per-shard queries"][5]
-                for name, (st, rows, key_rows, read, bound, ms, wall) in best.items():
+                for name, (st, rows, key_rows, read, bound, ms, wall, parse) in best.items():
                     print(
                         f"{n:>3} {k:>5}  {name:<20}{st:>6}{rows:>7}{key_rows:>7}"
-                        f"{read:>12}{bound:>7}{ms:>9.1f}{ms / one:>7.2f}"
+                        f"{read:>12}{bound:>7}{ms:>9.1f}{parse:>7.1f}{ms / one:>7.2f}"
                         f"{ms / per_shard:>12.2f}{wall:>8.2f}",
                         flush=True,
                     )
@@ -183,7 +203,7 @@ def measure(
     keys: dict[int, list[tuple[int, int]]],
 ) -> dict[str, list[Any]]:
     """{strategy: [statements, rows, key rows, server rows read, their bound, CPU ms,
-    wall s]}, best round."""
+    wall s, parse ms]}, best round."""
     t = m.__table__
     order = [t.c.ts.desc(), t.c.id]
     base = sharded_select(m, index=f"{t.name}_by_ts")
@@ -201,11 +221,12 @@ def measure(
     for _ in range(args.rounds):  # interleaved: each round runs every strategy once
         counter[0] = 0
         truth, ms = cpu(one_query)
-        keep(best, "one query", [counter[0], k, 0, args.rows, args.rows, ms, WALL[0]])
+        keep(best, "one query", [counter[0], k, 0, args.rows, args.rows, ms, WALL[0], parsed()])
         counter[0] = 0
         top, ms = cpu(per_shard)
         assert [r[:2] for r in top] == [r[:2] for r in truth]
-        keep(best, "N per-shard queries", [counter[0], n * k, 0, n * k, n * k, ms, WALL[0]])
+        figures = [counter[0], n * k, 0, n * k, n * k, ms, WALL[0], parsed()]
+        keep(best, "N per-shard queries", figures)
         counter[0] = 0
         stats = MergeStats()
         got, ms = cpu(functools.partial(merged, conn, base.order_by(t.c.ts.desc()), k, stats=stats))
@@ -213,8 +234,13 @@ def measure(
         assert counter[0] <= 2 and stats.rows_transferred <= k
         figures = [counter[0], stats.rows_transferred, stats.key_rows_transferred]
         read = index_reads(keys, stats)
-        keep(best, "merged()", [*figures, read, stats.server_rows_read, ms, WALL[0]])
+        keep(best, "merged()", [*figures, read, stats.server_rows_read, ms, WALL[0], parsed()])
     return best
+
+
+def parsed() -> float:
+    """The DB-API parse's share of the last cpu() call (its CPU ms includes it)."""
+    return sum(parse_ms(t) for t in TEXTS)
 
 
 def keep(best: dict[str, list[Any]], name: str, figures: list[Any]) -> None:

@@ -264,3 +264,15 @@ def test_pages_of_two_rounds_keep_one_compiled_form(engine: sa.Engine) -> None:
                 break
     assert walked == truth
     assert rounds[0] == 2 and 1 in rounds  # a bound round, then bounds it found ahead
+
+
+def test_rows_gone_past_an_offset_are_read_again(engine: sa.Engine) -> None:
+    """Past an OFFSET only lost rows can be seen: fewer than k up to the bound."""
+    with engine.begin() as c:
+        c.execute(T.insert(), rows(4000, 5))
+    with engine.connect() as c:
+        write_before(c, engine, {2}, delete_newest)
+        stats = MergeStats()
+        got = merged(c, newest().offset(5), 80, stats=stats)
+        assert got == answer(c, 85)[5:]
+    assert stats.statements == 4

@@ -240,13 +240,6 @@ def read(
     return _two_rounds(query, want, n, offset, after, stats, keys, step, pages)
 
 
-def _checkable(offset: int) -> bool:
-    """Whether a rows statement can be checked against its bound round: not past an
-    OFFSET (the skipped rows' shards are not seen). DISTINCT can: the order's columns
-    are selected, the primary key among them, so the shard column removes nothing."""
-    return offset == 0
-
-
 def _two_rounds(
     query: MergeQuery,
     want: int,
@@ -259,14 +252,21 @@ def _two_rounds(
     pages: int = 0,
 ) -> tuple[list[Any], list[list[Any]], list[Bound]]:
     """The bound round, then the rows statement, checked; read again when the rows
-    changed between them."""
+    changed between them.
+
+    Past an OFFSET the skipped rows' shards are not seen: only rows gone since the bound
+    round are caught there (fewer than ``n`` up to the bound). DISTINCT is checked: the
+    order's columns are selected, the primary key among them, so the shard column
+    removes nothing."""
     for _ in range(CONSISTENT_ATTEMPTS):
         plan = plan_rounds(query, want, after, stats, step, pages)
-        checked = plan.from_round and _checkable(offset)
+        checked = plan.from_round and offset == 0
         try:
             rows, key_rows = _run(query, plan, n, offset, after, stats, keys, checked=checked)
         except RowsChanged:
             continue
+        if plan.from_round and plan.upper is not None and len(rows) < n:
+            continue  # (past an OFFSET) rows went between the two statements
         return rows, key_rows, plan.ahead
     raise changed_error()
 
