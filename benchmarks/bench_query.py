@@ -135,14 +135,20 @@ TEXTS: list[str] = []  # the statements sent since the last cpu() call
 @functools.cache
 def parse_ms(statement: str) -> float:
     """CPU ms of the Spanner DB-API's parse of ``statement`` (its ``sqlparse.format``
-    pass, on every execution), best of 5."""
+    pass, on every execution), best of 25."""
+    import gc
+
     import sqlparse
 
     best = math.inf
-    for _ in range(5):
-        start = time.process_time()
-        sqlparse.format(statement, strip_comments=True)
-        best = min(best, time.process_time() - start)
+    gc.disable()
+    try:
+        for _ in range(25):
+            start = time.process_time()
+            sqlparse.format(statement, strip_comments=True)
+            best = min(best, time.process_time() - start)
+    finally:
+        gc.enable()
     return best * 1000
 
 
