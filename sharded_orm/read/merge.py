@@ -371,6 +371,10 @@ def merged(
     ``after`` continues strictly after those sort values (see ``order_columns``).
     ``stats``, if given, receives what the read cost. ``timeout`` (seconds) is passed
     to every statement as the ``timeout`` execution option.
+
+    Two statements that did not see the same rows (AUTOCOMMIT, READ COMMITTED, with a
+    write between them) are read again, up to ``CONSISTENT_ATTEMPTS`` times; then
+    ``ShardReadError``. In one transaction they always agree.
     """
     st = stats if stats is not None else MergeStats()
     if is_async(conn):
