@@ -129,8 +129,8 @@ def test_a_write_between_the_statements_is_read_again(
         assert got == answer(c, k)
     if write is delete_newest and boost is None:  # fewer than k up to the bound: again
         assert stats.statements == 4
-    else:  # read again unless the rows prove themselves whole after the insert too
-        assert stats.statements in (2, 4)
+    else:  # read again unless the rows prove themselves whole after the write too
+        assert 2 <= stats.statements <= 4  # (a probe read again may settle alone)
     assert stats.rows_transferred <= 2 * k
 
 
