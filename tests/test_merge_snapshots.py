@@ -28,7 +28,7 @@ from sharded_orm import (
     shard_column,
     sharded_select,
 )
-from sharded_orm.read.merge import CONSISTENT_ATTEMPTS
+from sharded_orm.read.consistency import CONSISTENT_ATTEMPTS
 
 T0 = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
 

@@ -12,9 +12,12 @@ again (``sharded_orm.read.merge``).
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 from sharded_orm.errors import ShardReadError
+
+T = TypeVar("T")
 
 
 class RowsChanged(Exception):
@@ -26,19 +29,14 @@ class RowsChanged(Exception):
 CONSISTENT_ATTEMPTS = 3
 
 
-def rows_are_whole(
-    shards: Sequence[int], limits: dict[int, int], top: int | None, n: int, bounded: bool
-) -> bool:
+def rows_are_whole(shards: Sequence[int], limits: dict[int, int], top: int | None, n: int) -> bool:
     """Whether rows from branches limited to ``limits`` ({shard: LIMIT}; ``top``: one LIMIT
     for every shard), whose shards in order are ``shards``, are the first ``n`` rows.
 
     A branch holds a shard's first rows. One that gave its whole LIMIT may have left out
     rows sorting after its last: harmless if that last row is the last one kept, while
-    ``n`` rows came back. Fewer than ``n`` under a bound means rows went since the bound
-    round counted them. With one more row allowed per branch than the bound round saw,
-    neither happens when both statements see the same rows."""
-    if bounded and len(shards) < n:
-        return False
+    ``n`` rows came back. With one more row allowed per branch than the bound round saw,
+    that never happens when both statements see the same rows."""
     seen: Counter[int] = Counter()
     end = len(shards) - 1
     for pos, s in enumerate(shards):
@@ -50,9 +48,15 @@ def rows_are_whole(
     return True
 
 
-def changed_error() -> ShardReadError:
-    """The error of a read whose statements never saw the same rows."""
-    return ShardReadError(
+def read_again(attempt: Callable[[], T]) -> T:
+    """``attempt()``, run again while it raises ``RowsChanged``, ``CONSISTENT_ATTEMPTS``
+    times in all; then a ``ShardReadError``."""
+    for _ in range(CONSISTENT_ATTEMPTS):
+        try:
+            return attempt()
+        except RowsChanged:
+            continue
+    raise ShardReadError(
         f"merged()/page(): the rows changed between the bound round and the rows statement "
         f"on {CONSISTENT_ATTEMPTS} attempts (each statement saw its own snapshot). Nothing "
         "was written. Read in one transaction, so both statements see one snapshot: on "

@@ -46,12 +46,7 @@ from sharded_orm.read.branches import (
     single_statement,
     statement_window,
 )
-from sharded_orm.read.consistency import (
-    CONSISTENT_ATTEMPTS,
-    RowsChanged,
-    changed_error,
-    rows_are_whole,
-)
+from sharded_orm.read.consistency import RowsChanged, read_again, rows_are_whole
 from sharded_orm.read.order import (
     order_columns as order_columns,  # re-exported: sharded_orm imports it from here
 )
@@ -166,38 +161,41 @@ def _run(
     keys: bool,
     reads: int | None = None,
     shard: bool = False,
-    checked: bool = False,
 ) -> tuple[list[Any], list[list[Any]]]:
     """The rows statement of ``plan``, run, and what it cost in ``stats`` (with ``keys``,
     each row's sort key too; with ``shard``, its sort key and then its shard).
 
-    ``checked`` (a plan from a bound round that may have run in another snapshot): every
-    branch may give one row more than the plan asks, each row's shard comes back too, and
-    ``RowsChanged`` is raised unless the rows are provably the first ``n``
-    (``rows_are_whole``).
+    A plan from a bound round, which may have seen other rows (no common snapshot), is
+    checked: ``RowsChanged`` is raised when fewer than ``n`` rows came back up to its
+    bound (rows went since), or when, with every branch allowed one row more than the
+    round saw and each row's shard returned, the rows are not provably the first ``n``
+    (``rows_are_whole``). Past an OFFSET the skipped rows' shards are not seen: only the
+    first check runs. DISTINCT is checked: the order's columns are selected, the primary
+    key among them, so the shard column removes nothing.
     """
     keys = keys or query.shadowed or shard
+    by_position = plan.from_round and offset == 0
     asks = plan.asks
-    checked = checked and asks is not None
-    if checked and asks is not None:
+    if by_position and asks is not None:
         asks = {s: c + 1 for s, c in asks.items()}
     # a page's rows statements have one shape, checked or not (one compiled form)
-    with_shard = shard or checked or query.keyset
+    with_shard = shard or by_position or query.keyset
     stmt = query.rows_statement(asks, after, plan.upper, n, offset, keys, with_shard)
     width = (len(query.key_labels) if keys else 0) + with_shard
     rows, key_rows = query.run_rows(stmt, width)
     stats.statements += 1
     stats.rows_transferred += len(rows)
-    if asks is not None and plan.asks is not None:
+    if asks is not None:
         stats.rounds.append({s: c for s, c in asks.items() if c})
         stats.bounds.append(plan.upper)
         if reads is None:  # a shard known to hold ``c`` rows up to the bound reads ``c``
-            reads = query.reads(asks, plan.exact) - len(plan.exact & asks.keys()) * checked
+            reads = query.reads(asks, plan.exact) - len(plan.exact & asks.keys()) * by_position
         stats.server_rows_read += reads
-    if checked and asks is not None:
+    if plan.from_round and plan.upper is not None and len(rows) < n:
+        raise RowsChanged
+    if by_position and asks is not None:
         top = max(asks.values(), default=0) if query.correlated else None
-        shards = [k[-1] for k in key_rows]
-        if not rows_are_whole(shards, asks, top, n, plan.upper is not None):
+        if not rows_are_whole([k[-1] for k in key_rows], asks, top, n):
             raise RowsChanged
     if with_shard and not shard:
         key_rows = [k[:-1] for k in key_rows]
@@ -223,12 +221,13 @@ def read(
     shard's first ``want`` rows up to the bound. If ``want`` rows came back they are the
     answer (any row after the bound sorts after them); fewer mean rows were deleted since,
     and the two-round plan runs. Otherwise the two-round plan, its bound round also
-    finding bounds for ``pages`` later pages of ``step`` rows (at most two statements).
+    finding bounds for ``pages`` later pages of ``step`` rows (at most two statements),
+    read again when the rows changed between its statements (``read_again``).
     """
     if not ahead and not pages and offset == 0 and query.stmt.point_shard is None:
         limit = probe_limit(query.plan.shard.count, want) if query.one_to_one else None
         if limit is not None:
-            return probe(query, want, limit, after, stats, keys)
+            return read_again(lambda: probe(query, want, limit, after, stats, keys))
     if ahead and query.stmt.point_shard is None and offset == 0:
         shards = range(query.plan.shard.count)
         bounded = Plan(dict.fromkeys(shards, want), ahead[0].values)
@@ -237,38 +236,13 @@ def read(
         rows, key_rows = _run(query, bounded, n, offset, after, stats, keys, reads)
         if len(rows) == n:
             return rows, key_rows, list(ahead[1:])
-    return _two_rounds(query, want, n, offset, after, stats, keys, step, pages)
 
-
-def _two_rounds(
-    query: MergeQuery,
-    want: int,
-    n: int,
-    offset: int,
-    after: Sequence[Any] | None,
-    stats: MergeStats,
-    keys: bool,
-    step: int = 0,
-    pages: int = 0,
-) -> tuple[list[Any], list[list[Any]], list[Bound]]:
-    """The bound round, then the rows statement, checked; read again when the rows
-    changed between them.
-
-    Past an OFFSET the skipped rows' shards are not seen: only rows gone since the bound
-    round are caught there (fewer than ``n`` up to the bound). DISTINCT is checked: the
-    order's columns are selected, the primary key among them, so the shard column
-    removes nothing."""
-    for _ in range(CONSISTENT_ATTEMPTS):
+    def two_rounds() -> tuple[list[Any], list[list[Any]], list[Bound]]:
         plan = plan_rounds(query, want, after, stats, step, pages)
-        checked = plan.from_round and offset == 0
-        try:
-            rows, key_rows = _run(query, plan, n, offset, after, stats, keys, checked=checked)
-        except RowsChanged:
-            continue
-        if plan.from_round and plan.upper is not None and len(rows) < n:
-            continue  # (past an OFFSET) rows went between the two statements
+        rows, key_rows = _run(query, plan, n, offset, after, stats, keys)
         return rows, key_rows, plan.ahead
-    raise changed_error()
+
+    return read_again(two_rounds)
 
 
 def probe(
@@ -285,18 +259,14 @@ def probe(
     among them). Otherwise those rows are the bound round of the two-round plan, and its
     rows statement follows."""
     shards = list(range(query.plan.shard.count))
-    for _ in range(CONSISTENT_ATTEMPTS):
-        plan = Plan(dict.fromkeys(shards, limit))
-        rows, extra = _run(query, plan, want, 0, after, stats, True, shard=True)
-        if all(c < limit for c in Counter(row[-1] for row in extra).values()):
-            return rows, [k[:-1] for k in extra] if keys else [], []
-        plan = plan_from(extra, shards, want, limit)
-        try:
-            rows, key_rows = _run(query, plan, want, 0, after, stats, keys, checked=True)
-        except RowsChanged:
-            continue
-        return rows, key_rows, []
-    raise changed_error()
+    rows, extra = _run(
+        query, Plan(dict.fromkeys(shards, limit)), want, 0, after, stats, True, shard=True
+    )
+    if all(c < limit for c in Counter(row[-1] for row in extra).values()):
+        return rows, [k[:-1] for k in extra] if keys else [], []
+    plan = plan_from(extra, shards, want, limit)
+    rows, key_rows = _run(query, plan, want, 0, after, stats, keys)
+    return rows, key_rows, []
 
 
 def _limit(stmt: Any, limit: object, what: str) -> int:
@@ -373,7 +343,7 @@ def merged(
     to every statement as the ``timeout`` execution option.
 
     Two statements that did not see the same rows (AUTOCOMMIT, READ COMMITTED, with a
-    write between them) are read again, up to ``CONSISTENT_ATTEMPTS`` times; then
+    write between them) are read again, ``CONSISTENT_ATTEMPTS`` times in all; then
     ``ShardReadError``. In one transaction they always agree.
     """
     st = stats if stats is not None else MergeStats()
