@@ -40,7 +40,7 @@ from sharded_orm.load.presplit import PresplitReport, presplit
 from sharded_orm.load.verify import VerifyReport, verify
 
 # --- sharded queries ---
-from sharded_orm.read.merge import MergeStats, merged, order_columns
+from sharded_orm.read.merge import FoundBound, MergeStats, merged, order_columns
 from sharded_orm.read.pagination import CursorError, Page, page, set_cursor_secret
 from sharded_orm.read.plan import expand, sharded_select
 
@@ -104,6 +104,7 @@ __all__ = [
     "hashed_reference",
     "id_filter",
     "CursorError",
+    "FoundBound",
     "MergeStats",
     "Page",
     "expand",

@@ -804,6 +804,7 @@ RESULTS = {
     "BulkLoadReport",
     "Comparison",
     "Finding",
+    "FoundBound",
     "MergeStats",
     "Page",
     "SimulationResult",

@@ -215,8 +215,10 @@ def test_any_write_between_the_statements(
 @pytest.mark.emulator
 @pytest.mark.filterwarnings("ignore:This method is non-operational:UserWarning")  # its close
 def test_autocommit_on_the_emulator(spanner_engine: sa.Engine) -> None:
-    """AUTOCOMMIT: each statement reads its own snapshot, and the write between them is
-    read again. A read-only transaction: one snapshot, which does not see the write."""
+    """On Spanner merged() finds its bound in the rows statement: one statement, one
+    snapshot, even under AUTOCOMMIT. A page's two rounds under AUTOCOMMIT each read their
+    own snapshot, and the write between them is read again; in a read-only transaction
+    they share one, which does not see the write."""
     Post.__table__.create(spanner_engine)
     with spanner_engine.begin() as c:
         c.execute(T.insert(), rows(1200, 3))
@@ -224,19 +226,29 @@ def test_autocommit_on_the_emulator(spanner_engine: sa.Engine) -> None:
         before = [tuple(r) for r in answer(c, 80)]
     auto = spanner_engine.connect().execution_options(isolation_level="AUTOCOMMIT")
     with auto as c:
-        write_before(c, spanner_engine, {2}, insert_newest)
+        write_before(c, spanner_engine, {1}, insert_newest)
         stats = MergeStats()
         got = [tuple(r) for r in merged(c, newest(), 80, stats=stats)]
     with spanner_engine.connect() as c:
-        assert got == [tuple(r) for r in answer(c, 80)] != before
-    assert stats.statements == 4
-    after_insert = got
-    with spanner_engine.connect().execution_options(read_only=True) as c:
+        after_insert = [tuple(r) for r in answer(c, 80)]
+    assert got == after_insert != before  # the write before its one statement, seen whole
+    assert (stats.statements, stats.key_rows_transferred, stats.rows_transferred) == (1, 0, 80)
+    with spanner_engine.connect().execution_options(isolation_level="AUTOCOMMIT") as c:
         write_before(c, spanner_engine, {2}, delete_newest)
-        stats = MergeStats()
-        got = [tuple(r) for r in merged(c, newest(), 80, stats=stats)]
-    assert got == after_insert  # the snapshot began before the delete
-    assert stats.statements == 2
+        p = page(c, newest(), 80)
+    with spanner_engine.connect() as c:
+        after_delete = [tuple(r) for r in answer(c, 80)]
+    assert [tuple(r) for r in p.rows] == after_delete != after_insert
+    assert p.stats.statements == 4
+    with spanner_engine.connect().execution_options(read_only=True) as c:
+        write_before(c, spanner_engine, {2}, insert_newest_again)
+        p = page(c, newest(), 80)
+    assert [tuple(r) for r in p.rows] == after_delete  # the snapshot began before the insert
+    assert p.stats.statements == 2
+
+
+def insert_newest_again(w: sa.Connection) -> None:
+    w.execute(T.insert(), newer_rows_in_one_shard(200_000, 6, days=500))
 
 
 def test_pages_of_two_rounds_keep_one_compiled_form(engine: sa.Engine) -> None:

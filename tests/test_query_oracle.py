@@ -15,19 +15,17 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
-from unittest import mock
 
 import pytest
 import sqlalchemy as sa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from plans import PLANS, forced
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
 from sharded_orm import MergeStats, ShardedIndex, UTCDateTime, merged, page, shard_column
 from sharded_orm import sharded_select as sharded_select_
-from sharded_orm.read import branches
 from sharded_orm.read.order import order_columns
 
 T0 = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
@@ -199,15 +197,6 @@ def all_pages(conn: Any, stmt: Any, size: int, bound: int) -> list[Any]:
     raise AssertionError("pagination did not end")
 
 
-#: the cost rule's plans, each forced (small examples fall under the one-statement rule):
-#: {name: (SINGLE_STATEMENT_READS, PROBE_SHARE)}
-PLANS = {
-    "rule": (branches.SINGLE_STATEMENT_READS, branches.PROBE_SHARE),
-    "two rounds": (0, 10**9),
-    "probe": (0, 1),
-}
-
-
 def check_against_oracle(conn: sa.Connection, ex: dict[str, Any]) -> None:
     reset(conn, ex)
     stmt, plain = make_query(ex)
@@ -218,16 +207,6 @@ def check_against_oracle(conn: sa.Connection, ex: dict[str, Any]) -> None:
     for name in PLANS:
         with forced(name):
             check_merges(conn, ex, stmt, everything)
-
-
-@contextmanager
-def forced(plan: str) -> Iterator[None]:
-    reads, share = PLANS[plan]
-    with (
-        mock.patch.object(branches, "SINGLE_STATEMENT_READS", reads),
-        mock.patch.object(branches, "PROBE_SHARE", share),
-    ):
-        yield
 
 
 def check_merges(conn: sa.Connection, ex: dict[str, Any], stmt: Any, everything: Any) -> None:

@@ -18,7 +18,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session
 
 from sharded_orm.errors import ShardConfigError, ShardTypeError
-from sharded_orm.read.fanout import SHARD_VAR, FanOut, correlated_ok
+from sharded_orm.read.fanout import BOUND_VAR, SHARD_VAR, FanOut, correlated_ok
 from sharded_orm.read.order import (
     after_condition,
     at_or_before_condition,
@@ -32,6 +32,14 @@ from sharded_orm.read.order import (
 )
 
 
+@dataclass(frozen=True)
+class FoundBound:
+    """A bound the statement found itself (in ``MergeStats.bounds``): the last of the
+    first ``k`` sort keys of the round before it, in the same statement."""
+
+    k: int
+
+
 @dataclass
 class MergeStats:
     """What a merge cost.
@@ -40,11 +48,12 @@ class MergeStats:
     that came back. ``key_rows_transferred``: sort-key rows of the bound round.
     ``server_rows_read``: an upper bound of the index entries read: each branch is an
     index range read that stops at its LIMIT, or, for a shard known to hold no more rows
-    up to the bound than round 1 saw, at the bound. ``rounds``: per statement,
-    ``{shard: rows the branch may give}`` (on Spanner one correlated LIMIT serves every
-    shard: the largest). ``bounds``: per statement, the sort values its branches stop at
-    (None: no bound), so that the index entries actually read can be counted where the
-    data is known (``benchmarks/bench_query.py`` does).
+    up to the bound than round 1 saw, at the bound. ``rounds``: per round of branches
+    (a statement may hold two), ``{shard: rows the branch may give}`` (on Spanner one
+    correlated LIMIT serves every shard: the largest). ``bounds``: per round, the sort
+    values its branches stop at (None: no bound; ``FoundBound``: the statement found them
+    itself), so that the index entries actually read can be counted where the data is
+    known (``benchmarks/bench_query.py`` does).
     """
 
     statements: int = 0
@@ -52,7 +61,7 @@ class MergeStats:
     key_rows_transferred: int = 0
     server_rows_read: int = 0
     rounds: list[dict[int, int]] = field(default_factory=list)
-    bounds: list[list[Any] | None] = field(default_factory=list)
+    bounds: list[list[Any] | FoundBound | None] = field(default_factory=list)
 
 
 def is_async(conn: Any) -> bool:
@@ -93,9 +102,10 @@ def single_statement(shards: int, want: int) -> bool:
     when the one statement reads at most ``SINGLE_STATEMENT_READS`` index entries.
 
     Two rounds read at most ``N*ceil(K/N)`` keys, then (uniform shards) about ``K`` rows;
-    one statement reads at most ``N*K``. A second statement costs a round trip and, with
-    the Spanner DB-API, a parse of its text on the client (about 20 us per token): more
-    than reading a thousand index entries on the server.
+    one statement reads at most ``N*K``. Two rounds cost a second statement or (Spanner,
+    where they are one) about twice the text, and the Spanner DB-API parses every text on
+    the client (about 20 us per token): more than reading a thousand index entries on
+    the server (docs/queries.md has the figures).
     """
     n_k = shards * want
     return n_k <= shards * math.ceil(want / shards) + want or n_k <= SINGLE_STATEMENT_READS
@@ -222,15 +232,17 @@ class MergeQuery:
         limits: dict[int, int],
         name: str,
         joined: bool = False,
+        bound: Any = None,
     ) -> Any:
         """The branches of every shard in ``limits`` ({shard: LIMIT}) as one FROM with a
         column per label: a correlated fan-out on Spanner (every shard, the largest LIMIT;
-        ``joined``: the right side of a JOIN), a ``UNION ALL`` elsewhere."""
+        ``joined``: the right side of a JOIN, after ``bound``, see ``found_bound``), a
+        ``UNION ALL`` elsewhere."""
         if self.correlated:
             inner = self.branch(None, labels, lower, upper, max(limits.values()))
             inner = inner.prefix_with("AS STRUCT")
             names = [lbl.name for lbl in labels]
-            return FanOut(name, names, inner, self.plan.shard.count, joined)
+            return FanOut(name, names, inner, self.plan.shard.count, joined, bound)
         branches = [self.branch(s, labels, lower, upper, n) for s, n in limits.items()]
         return self._union(branches, name)
 
@@ -267,6 +279,23 @@ class MergeQuery:
     def _execute(self, stmt: Any) -> Any:
         return self.conn.execute(stmt, execution_options=self.options)
 
+    def found_bound(self, after: Any, b: int, want: int) -> tuple[Any, list[Any]]:
+        """Round 1 inside the rows statement (Spanner): the first ``want`` sort keys of
+        every shard's first ``b``, as structs in the database's order (the fan-out keeps
+        the last, ``BOUND_VAR``), and the SQL of that last key's values. Fewer than
+        ``want`` keys means every shard sent all it holds: the last is a bound still."""
+        every = dict.fromkeys(range(self.plan.shard.count), b)
+        u = self.fan(self.key_labels, after, False, every, "so_b")
+        # unqualified: the names are ours alone there (every token costs the DB-API parse)
+        keys: list[Any] = [literal_column(lbl.name) for lbl in self.key_labels]
+        q = select(*keys).select_from(u).order_by(*self._order(keys)).limit(want)
+        q = q.prefix_with("AS STRUCT")
+        values = [
+            literal_column(f"{BOUND_VAR}.{lbl.name}", c.type)
+            for lbl, (c, _) in zip(self.key_labels, self.columns, strict=True)
+        ]
+        return q, values
+
     def bound(
         self, shards: list[int], after: Any, b: int, want: int, stats: MergeStats
     ) -> list[Any]:
@@ -295,12 +324,17 @@ class MergeQuery:
         offset: int,
         keys: bool,
         shard: bool = False,
+        found: int | None = None,
     ) -> Any:
         """Round 2: the user's statement over the rows the branches ``asks`` ({shard: n})
         allow (every shard's rows when None), ordered and limited by the database (with
         ``keys``, each row's sort key after the user's columns; with ``shard``, then its
-        shard)."""
+        shard). With ``found`` (Spanner, one row of ours per row), round 1 is in the
+        statement: every shard's first ``found`` keys give the bound (``found_bound``)."""
         q = self.stmt if asks is None else self.joined  # by primary key, not the index
+        bound = None
+        if found is not None and asks is not None:
+            bound, upper = self.found_bound(after, found, offset + n)
         # a join can repeat a row of ours with other sort keys: those copies are held to
         # the bounds here (the branches hold each key to them)
         if asks is None or not self.one_to_one:
@@ -311,7 +345,7 @@ class MergeQuery:
             # joined (the emulator runs an IN (subquery) again for every row of the outer
             # statement), with no subquery around the branches: every token of the text
             # costs the Spanner DB-API's parse
-            u = self.fan(self.pk_labels, after, upper, asks, "so_u", joined=True)
+            u = self.fan(self.pk_labels, after, upper, asks, "so_u", True, bound)
             if not self.one_to_one:  # each key once: a join in a branch can repeat one
                 u = select(*u.c).distinct().subquery("so_r")
             match = [u.c[lbl.name] == c for lbl, c in zip(self.pk_labels, self.pk, strict=True)]

@@ -13,6 +13,16 @@ Spanner DB-API's sqlparse pass over it, and SQLAlchemy's compile, cost the same 
 N = 64 as at N = 2 (a ``UNION ALL`` of 64 branches is about 20 kB of text). Every shard
 gets the same LIMIT: LIMIT takes a constant or a parameter, not a per-row expression.
 Other dialects (SQLite has no arrays) get a ``UNION ALL`` of branches, each its own LIMIT.
+
+A joined fan-out may also carry a bound round (``bound``: the first ``K`` sort keys of
+every shard's first ``b``, as structs in the database's order), evaluated once, ahead
+of the branches, which then stop at its last key ``BOUND_VAR``::
+
+    ((SELECT ARRAY_REVERSE(ARRAY(<bound>))[SAFE_OFFSET(0)] AS so_t) AS so_tt
+     CROSS JOIN UNNEST(GENERATE_ARRAY(0, N - 1)) AS so_shard_n
+     CROSS JOIN UNNEST(ARRAY(SELECT AS STRUCT ... AND <at or before so_t> ...)) AS name)
+
+Both rounds are then one statement: one snapshot, one round trip, one parse.
 """
 
 from __future__ import annotations
@@ -28,6 +38,8 @@ from sqlalchemy.sql.visitors import InternalTraversal
 #: the name the enclosing query gives each shard number; a branch's own columns must not
 #: be called so (GoogleSQL resolves a name against the innermost FROM first)
 SHARD_VAR = "so_shard_n"
+#: the name of the bound a fan-out finds itself (a struct of the sort keys, ``so_k<i>``)
+BOUND_VAR = "so_t"
 
 
 def on_spanner(dialect: Any) -> bool:
@@ -36,21 +48,21 @@ def on_spanner(dialect: Any) -> bool:
 
 def correlated_ok(dialect: Any, froms: Sequence[Any]) -> bool:
     """Whether the correlated form is used: on Spanner, when no column of the branches'
-    tables (``froms``: the statement's final FROMs) is named like the shard variable
-    (it would shadow it)."""
+    tables (``froms``: the statement's final FROMs) is named like the shard variable or
+    the bound (it would shadow them)."""
     if not on_spanner(dialect):
         return False
     for frm in froms:
         for table in getattr(frm, "_from_objects", [frm]):
             for c in getattr(table, "c", ()):
-                if str(getattr(c, "name", "")).lower() == SHARD_VAR:
+                if str(getattr(c, "name", "")).lower() in (SHARD_VAR, BOUND_VAR):
                     return False
     return True
 
 
 class FanOut(TableClause):
-    """``N`` runs of ``inner`` (a ``SELECT AS STRUCT`` naming the shard ``SHARD_VAR``), as
-    a table ``name`` with ``columns``."""
+    """``N`` runs of ``inner`` (a ``SELECT AS STRUCT`` naming the shard ``SHARD_VAR``, and
+    ``BOUND_VAR`` when ``bound`` is given), as a table ``name`` with ``columns``."""
 
     __visit_name__ = "sharded_orm_fan_out"
     inherit_cache = True
@@ -59,16 +71,25 @@ class FanOut(TableClause):
         ("inner", InternalTraversal.dp_clauseelement),
         ("count", InternalTraversal.dp_plain_obj),
         ("joined", InternalTraversal.dp_plain_obj),
+        ("bound", InternalTraversal.dp_clauseelement),
     ]
 
     def __init__(
-        self, name: str, columns: list[str], inner: Any, count: int, joined: bool = False
+        self,
+        name: str,
+        columns: list[str],
+        inner: Any,
+        count: int,
+        joined: bool = False,
+        bound: Any = None,
     ) -> None:
         super().__init__(name, *(column(c) for c in columns))
         self.inner = inner
         self.count = count
         #: rendered as a parenthesized join: the right side of a JOIN
         self.joined = joined
+        #: a SELECT AS STRUCT of sort keys whose last row bounds the branches (joined only)
+        self.bound = bound
 
 
 @compiles(FanOut)
@@ -76,9 +97,12 @@ def _compile_fan_out(element: FanOut, compiler: Any, **kw: Any) -> str:
     # made only for Spanner (``correlated_ok``), rendered as GoogleSQL whatever compiles
     # it: the ORM compiles parts of a statement on a default dialect (joined eager loads
     # with LIMIT), and ``str()`` shows what runs
+    shards = f"UNNEST(GENERATE_ARRAY(0, {int(element.count) - 1})) AS {SHARD_VAR}"
+    if element.bound is not None:  # (its text, parameters included, comes first)
+        last = f"ARRAY_REVERSE(ARRAY({compiler.process(element.bound)}))[SAFE_OFFSET(0)]"
+        shards = f"(SELECT {last} AS {BOUND_VAR}) AS so_tt CROSS JOIN {shards}"
     inner = compiler.process(element.inner)
     name = compiler.preparer.quote(element.name)
-    shards = f"UNNEST(GENERATE_ARRAY(0, {int(element.count) - 1})) AS {SHARD_VAR}"
     if element.joined:
         return f"({shards} CROSS JOIN UNNEST(ARRAY({inner})) AS {name})"
     return f"{shards}, UNNEST(ARRAY({inner})) AS {name}"

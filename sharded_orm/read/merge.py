@@ -19,13 +19,15 @@ range are the first ``K`` of the union of each shard's first rows. With ``N`` sh
    through the caller's Connection or Session.
 
 The branches are one correlated subquery on Spanner, a ``UNION ALL`` elsewhere
-(``sharded_orm.read.fanout``). One statement (step 2 alone, every branch limited to
-``K``) when it reads few index entries (``single_statement``). Where ``K/N`` is large
-enough, the probe (``probe_limit``): step 2 alone, every branch limited to about twice
-its share, with each row's key and shard; exact when no shard gave its whole LIMIT,
-otherwise its rows serve as step 1. A statement that pins one
-shard is step 2 without branches. A page's bound round also finds the bounds of the
-next pages, which then take step 2 alone. See docs/queries.md for the cost rule.
+(``sharded_orm.read.fanout``). On Spanner, for a statement whose rows are each one row
+of the sharded table, step 1 runs inside step 2 (``Plan.found``): one statement, every
+branch of step 2 ``LIMIT K``, stopping at ``T``. One statement (step 2 alone, every
+branch limited to ``K``) when it reads few index entries (``single_statement``). Where
+``K/N`` is large enough, the probe (``probe_limit``): step 2 alone, every branch limited
+to about twice its share, with each row's key and shard; exact when no shard gave its
+whole LIMIT, otherwise its rows serve as step 1. A statement that pins one shard is
+step 2 without branches. A page's bound round also finds the bounds of the next pages,
+which then take step 2 alone. See docs/queries.md for the cost rule.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from typing import TYPE_CHECKING, Any, overload
 from sharded_orm.checks import check_positive_int
 from sharded_orm.errors import ShardConfigError, ShardTypeError
 from sharded_orm.read.branches import (
+    FoundBound,
     MergeQuery,
     MergeStats,
     is_async,
@@ -56,7 +59,15 @@ if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
     from sqlalchemy.orm import Session
 
-__all__ = ["MergeQuery", "MergeStats", "is_async", "statement_window", "merged", "read"]
+__all__ = [
+    "FoundBound",
+    "MergeQuery",
+    "MergeStats",
+    "is_async",
+    "statement_window",
+    "merged",
+    "read",
+]
 
 
 @dataclass
@@ -81,6 +92,8 @@ class Plan:
     ahead: list[Bound] = field(default_factory=list)
     #: made from a bound round's rows (its rows statement is then checked against them)
     from_round: bool = False
+    #: the bound round is in the rows statement, every shard sending this many keys
+    found: int | None = None
 
 
 def _full(
@@ -106,7 +119,8 @@ def plan_rounds(
     pages: int = 0,
 ) -> Plan:
     """The rows statement's plan for the first ``want`` rows after ``after``, and (with
-    ``pages``) bounds for that many later pages of ``step`` rows, from one bound round."""
+    ``pages``) bounds for that many later pages of ``step`` rows, from one bound round
+    (run here, or on Spanner for ``merged()`` inside the rows statement)."""
     if after is not None and len(after) != len(query.columns):
         raise ShardConfigError(
             f"after= holds {len(after)} values; this query orders by {len(query.columns)} columns"
@@ -125,6 +139,10 @@ def plan_rounds(
     # the answer than round 1 saw of it, and round 2 reads about K rows; round 1 reads at
     # most N*ceil(K/N) + K index entries
     b = math.ceil(keys_wanted / len(shards)) + want // len(shards)
+    if query.correlated and query.one_to_one and not query.keyset:
+        # both rounds in one statement: one snapshot, one round trip, one parse (a page
+        # keeps its own round, whose keys also bound the pages after it)
+        return Plan(dict.fromkeys(shards, want), found=b)
     rows = query.bound(shards, after, b, keys_wanted, stats)
     return plan_from(rows, shards, want, b, step, pages)
 
@@ -180,14 +198,16 @@ def _run(
         asks = {s: c + 1 for s, c in asks.items()}
     # a page's rows statements have one shape, checked or not (one compiled form)
     with_shard = shard or by_position or query.keyset
-    stmt = query.rows_statement(asks, after, plan.upper, n, offset, keys, with_shard)
+    stmt = query.rows_statement(asks, after, plan.upper, n, offset, keys, with_shard, plan.found)
     width = (len(query.key_labels) if keys else 0) + with_shard
     rows, key_rows = query.run_rows(stmt, width)
     stats.statements += 1
     stats.rows_transferred += len(rows)
+    if plan.found is not None and asks is not None:
+        reads = _found_reads(stats, len(asks), plan.found, n + offset)
     if asks is not None:
         stats.rounds.append({s: c for s, c in asks.items() if c})
-        stats.bounds.append(plan.upper)
+        stats.bounds.append(plan.upper if plan.found is None else FoundBound(n + offset))
         if reads is None:  # a shard known to hold ``c`` rows up to the bound reads ``c``
             reads = query.reads(asks, plan.exact) - len(plan.exact & asks.keys()) * by_position
         stats.server_rows_read += reads
@@ -200,6 +220,19 @@ def _run(
     if with_shard and not shard:
         key_rows = [k[:-1] for k in key_rows]
     return rows, key_rows
+
+
+def _found_reads(stats: MergeStats, shards: int, b: int, want: int) -> int:
+    """Records the bound round inside a statement (every shard's first ``b`` keys) and
+    returns the most index entries the rows' branches then read: a shard whose ``b``
+    keys were not all before the bound (most) reads only the keys it sent up to it
+    (``want`` in all, less ``b`` for each full shard), and at most ``(want - 1) // b``
+    full ones read up to their LIMIT, ``want``."""
+    stats.rounds.append(dict.fromkeys(range(shards), b))
+    stats.bounds.append(None)
+    stats.server_rows_read += shards * b
+    full = min(shards, (want - 1) // b)
+    return min(shards * want, want + full * (want - b))
 
 
 def read(

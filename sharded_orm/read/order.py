@@ -144,8 +144,9 @@ def check_nulls(dialect: Any, columns: Sequence[tuple[Any, bool]]) -> None:
 
 
 def _bound(col: Any, v: Any) -> Any:
-    """``v`` as a bound parameter of ``col``'s type (its bind processing included)."""
-    return literal(v, col.type)
+    """``v`` as a bound parameter of ``col``'s type (its bind processing included), or
+    as it is when it is SQL already (a bound the statement finds itself)."""
+    return v if isinstance(v, ColumnElement) else literal(v, col.type)
 
 
 def _nullable(col: Any) -> bool:
@@ -154,7 +155,7 @@ def _nullable(col: Any) -> bool:
 
 def _is_null(v: Any) -> Any:
     """Whether ``v`` is NULL, as a bound BOOL (Spanner cannot type ``@p IS NULL``)."""
-    return literal(v is None, Boolean())
+    return v.is_(None) if isinstance(v, ColumnElement) else literal(v is None, Boolean())
 
 
 class IsNan(ColumnElement[bool]):
@@ -187,12 +188,15 @@ def _floating(col: Any) -> bool:
 
 
 def _is_nan(v: Any) -> Any:
+    if isinstance(v, ColumnElement):
+        return IsNan(v)
     return literal(isinstance(v, float) and math.isnan(v), Boolean())
 
 
 # For a nullable column the conditions take whether the value is NULL as a bound flag,
 # and for a float column whether it is NaN, so the statement has one shape whatever the
-# cursor's values. The database's order, NULL < NaN < every number ascending (Spanner), is
+# cursor's values (a value that is SQL, a bound the statement finds itself, is tested
+# there: ``IS NULL``, ``IS_NAN``). The database's order, NULL < NaN < every number ascending (Spanner), is
 # written out in SQL: no value is compared in Python, and NaN, which compares false with
 # everything, is told by IS_NAN.
 
