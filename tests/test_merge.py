@@ -27,7 +27,7 @@ from sharded_orm import (
     shard_column,
     sharded_select,
 )
-from sharded_orm.read.branches import SINGLE_STATEMENT_READS
+from sharded_orm.read.branches import SINGLE_STATEMENT_READS, FoundBound
 from sharded_orm.read.merge import order_columns
 
 T0 = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
@@ -173,20 +173,51 @@ def test_the_probe_is_exact_whatever_the_skew(
 
 @pytest.mark.emulator
 def test_the_probe_on_the_emulator(spanner_engine: sa.Engine) -> None:
-    """One statement for shards of similar rates; under skew the probe's rows are the
-    bound round and a second statement finishes (the correlated form on Spanner)."""
+    """One statement for shards of similar rates; under skew a second statement finishes,
+    which on Spanner finds its own bound (the probe then sends only each row's shard, no
+    sort key)."""
     Ev16.__table__.create(spanner_engine)
     t = Ev16.__table__
+    sent: list[str] = []
+    sa.event.listen(spanner_engine, "before_cursor_execute", lambda *a: sent.append(a[2]))
     for boost, statements in (({}, 1), ({3: 10**6}, 2)):
         with spanner_engine.begin() as c:
             c.execute(t.delete().where(sa.true()))
             c.execute(t.insert(), _skewed_rows(boost, 600, 11))
         with spanner_engine.connect() as c:
             truth = c.execute(sa.select(t).order_by(t.c.ts.desc(), t.c.id).limit(120)).all()
+            sent.clear()
             stats = MergeStats()
             got = merged(c, newest(), 120, stats=stats)
         assert [tuple(r) for r in got] == [tuple(r) for r in truth]
-        assert stats.statements == statements
+        assert stats.statements == statements == len(sent)
+        assert "so_k0," not in sent[0].split("FROM")[0]  # the probe's select list: no key
+        if statements == 2:
+            assert stats.bounds[-1] == FoundBound(120) and stats.key_rows_transferred == 0
+
+
+def test_froms_are_found_once_per_statement_shape_but_apart_for_aliases(
+    conn: sa.Connection,
+) -> None:
+    """SQLAlchemy finds a statement's FROMs by compiling it: kept per cache key, for
+    tables only (two anonymous aliases of one table share a cache key)."""
+    from unittest import mock
+
+    from sharded_orm.read.order import final_froms
+
+    real = sa.Select.get_final_froms
+    with mock.patch.object(sa.Select, "get_final_froms", autospec=True, side_effect=real) as found:
+        assert final_froms(newest().where(Ev16.kind == "a")) == [Ev16.__table__]
+        before = found.call_count  # (1, or 0 if an earlier test read this shape)
+        for kind in ("b", "c"):
+            assert final_froms(newest().where(Ev16.kind == kind)) == [Ev16.__table__]
+        assert found.call_count == before
+        one, other = sa.orm.aliased(Kind), sa.orm.aliased(Kind)
+        for alias in (one, other, one):
+            froms = final_froms(newest().join(alias, alias.name == Ev16.kind))
+            assert froms[1] is sa.inspect(alias).selectable
+        assert found.call_count == before + 3
+        assert merged(conn, newest().join(other, other.name == Ev16.kind), 3) == []
 
 
 def test_limit_from_the_statement(conn: sa.Connection) -> None:

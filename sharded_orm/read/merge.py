@@ -191,7 +191,7 @@ def _run(
     first check runs. DISTINCT is checked: the order's columns are selected, the primary
     key among them, so the shard column removes nothing.
     """
-    keys = keys or query.shadowed or shard
+    keys = keys or query.shadowed
     by_position = plan.from_round and offset == 0
     asks = plan.asks
     if by_position and asks is not None:
@@ -287,17 +287,20 @@ def probe(
     keys: bool,
 ) -> tuple[list[Any], list[list[Any]], list[Bound]]:
     """The first ``want`` rows in one statement, every shard's branch ``LIMIT limit``,
-    with each row's sort key and shard; exact when no shard gave ``limit`` of them (a
-    shard that gave fewer gave all it holds up to the last row, or its next row would be
-    among them). Otherwise those rows are the bound round of the two-round plan, and its
-    rows statement follows."""
+    with each row's shard; exact when no shard gave ``limit`` of them (a shard that gave
+    fewer gave all it holds up to the last row, or its next row would be among them).
+    Otherwise the two-round plan follows: on Spanner one statement that finds its own
+    bound; elsewhere the probe's rows, with their sort keys, are its bound round."""
     shards = list(range(query.plan.shard.count))
-    rows, extra = _run(
-        query, Plan(dict.fromkeys(shards, limit)), want, 0, after, stats, True, shard=True
-    )
+    # on Spanner the two rounds' plan for merged() sends nothing until it runs
+    found = query.correlated and not query.keyset
+    own = plan_rounds(query, want, after, stats) if found else None
+    sort_keys = keys or own is None
+    first = Plan(dict.fromkeys(shards, limit))
+    rows, extra = _run(query, first, want, 0, after, stats, sort_keys, shard=True)
     if all(c < limit for c in Counter(row[-1] for row in extra).values()):
         return rows, [k[:-1] for k in extra] if keys else [], []
-    plan = plan_from(extra, shards, want, limit)
+    plan = own or plan_from(extra, shards, want, limit)
     rows, key_rows = _run(query, plan, want, 0, after, stats, keys)
     return rows, key_rows, []
 
