@@ -15,8 +15,10 @@ per shard count (N = 16 and 64, uniform random timestamps), then reads the newes
 
 For each: statements, full rows transferred, sort-key rows transferred, server rows
 read and client CPU (process time, this process only: compile, the DB-API's parsing,
-result processing), best of ROUNDS interleaved rounds; ``parse`` is the part of it the
-Spanner DB-API's sqlparse pass over the statements' text takes (timed apart). Server
+result processing), best of ROUNDS interleaved rounds; ``x one`` is the median over the
+rounds of each round's ratio to the one query, ``(best)`` the ratio of the bests;
+``parse`` is the part of the CPU the Spanner DB-API's sqlparse pass over the statements'
+text takes (timed apart, once per text). Server
 rows read are index entries, counted from the loaded data: a branch (one shard, ordered
 by the index) reads its index range until its LIMIT or the bound it stops at, whichever
 comes first; the one query reads every row of the range. ``bound`` is merged()'s own upper bound
@@ -26,7 +28,7 @@ Then a page() walk of the N = 16 table against an unsharded keyset walk (one
 ``WHERE (ts, id) < cursor ORDER BY ts DESC, id LIMIT size`` statement per page):
 statements and compiled-cache hits.
 
-    python benchmarks/bench_query.py [--rows 30000] [--rounds 3] [--page 1000]
+    python benchmarks/bench_query.py [--rows 30000] [--rounds 7] [--page 1000]
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ import functools
 import heapq
 import math
 import random
+import statistics
 import time
 from typing import Any
 
@@ -178,14 +181,14 @@ def cpu(fn: Any) -> tuple[Any, float]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=30_000)
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--page", type=int, default=1000)
     args = ap.parse_args()
-    print(f"{args.rows} rows per table, Spanner emulator, best of {args.rounds} rounds")
+    print(f"{args.rows} rows per table, Spanner emulator, {args.rounds} interleaved rounds")
     print(
         f"{'N':>3} {'k':>5}  {'strategy':<20}{'stmts':>6}{'rows':>7}{'keys':>7}"
-        f"{'server rows':>12}{'bound':>7}{'CPU ms':>9}{'parse':>7}{'x one':>7}{'x per-shard':>12}"
-        f"{'wall s':>8}"
+        f"{'server rows':>12}{'bound':>7}{'CPU ms':>9}{'parse':>7}{'x one':>7}{'(best)':>7}"
+        f"{'x per-shard':>12}{'wall s':>8}"
     )
     with local_emulator() as emulator:
         db_id = emulator.create_database()
@@ -201,10 +204,13 @@ def main() -> None:
                 one = best["one query"][5]
                 per_shard = best["N per-shard queries"][5]
                 for name, (st, rows, key_rows, read, bound, ms, wall, parse) in best.items():
+                    paired = statistics.median(
+                        m / o for m, o in zip(ROUND_MS[name], ROUND_MS["one query"], strict=True)
+                    )
                     print(
                         f"{n:>3} {k:>5}  {name:<20}{st:>6}{rows:>7}{key_rows:>7}"
-                        f"{read:>12}{bound:>7}{ms:>9.1f}{parse:>7.1f}{ms / one:>7.2f}"
-                        f"{ms / per_shard:>12.2f}{wall:>8.2f}",
+                        f"{read:>12}{bound:>7}{ms:>9.1f}{parse:>7.1f}{paired:>7.2f}"
+                        f"{ms / one:>7.2f}{ms / per_shard:>12.2f}{wall:>8.2f}",
                         flush=True,
                     )
         walk(engine, models[16], args.page, counter, cache)
@@ -226,6 +232,7 @@ def measure(
     order = [t.c.ts.desc(), t.c.id]
     base = sharded_select(m, index=f"{t.name}_by_ts")
     best: dict[str, list[Any]] = {}
+    ROUND_MS.clear()
 
     def one_query() -> list[Any]:
         return [tuple(r) for r in conn.execute(base.order_by(*order).limit(k))]
@@ -274,8 +281,16 @@ def parsed() -> float:
     return sum(parse_ms(t) for t in TEXTS)
 
 
+#: each strategy's CPU ms in every round of the current measure(), in round order
+ROUND_MS: dict[str, list[float]] = {}
+
+
 def keep(best: dict[str, list[Any]], name: str, figures: list[Any]) -> None:
-    """The round with the least CPU (the other figures do not vary between rounds)."""
+    """The round with the least CPU (the other figures do not vary between rounds); every
+    round's CPU goes to ROUND_MS, for the median of the ratios within a round (this
+    machine's speed drifts by a third over minutes: a ratio of two bests can pair a fast
+    moment with a slow one)."""
+    ROUND_MS.setdefault(name, []).append(figures[5])
     if name not in best or figures[5] < best[name][5]:
         best[name] = figures
 
