@@ -24,10 +24,11 @@ of the sharded table, step 1 runs inside step 2 (``Plan.found``): one statement,
 branch of step 2 ``LIMIT K``, stopping at ``T``. One statement (step 2 alone, every
 branch limited to ``K``) when it reads few index entries (``single_statement``). Where
 ``K/N`` is large enough, the probe (``probe_limit``): step 2 alone, every branch limited
-to about twice its share, with each row's key and shard; exact when no shard gave its
-whole LIMIT, otherwise its rows serve as step 1. A statement that pins one shard is
-step 2 without branches. A page's bound round also finds the bounds of the next pages,
-which then take step 2 alone. See docs/queries.md for the cost rule.
+to about twice its share, with each row's shard; exact when no shard gave its whole
+LIMIT, otherwise the two rounds follow (elsewhere than on Spanner its rows, with their
+keys, serve as step 1). A statement that pins one shard is step 2 without branches. A
+page's bound round also finds the bounds of the next pages, which then take step 2
+alone. See docs/queries.md for the cost rule.
 """
 
 from __future__ import annotations
@@ -181,7 +182,7 @@ def _run(
     shard: bool = False,
 ) -> tuple[list[Any], list[list[Any]]]:
     """The rows statement of ``plan``, run, and what it cost in ``stats`` (with ``keys``,
-    each row's sort key too; with ``shard``, its sort key and then its shard).
+    each row's sort key too; with ``shard``, then its shard).
 
     A plan from a bound round, which may have seen other rows (no common snapshot), is
     checked: ``RowsChanged`` is raised when fewer than ``n`` rows came back up to its
