@@ -111,6 +111,14 @@ def _full(
     return count, last, full
 
 
+def bound_in_statement(query: MergeQuery) -> bool:
+    """Whether the bound round runs inside the rows statement (``Plan.found``): on
+    Spanner, for ``merged()`` of a statement whose rows are each one row of ours (a page
+    keeps its own round, whose keys also bound the pages after it). ``plan_rounds`` then
+    sends nothing."""
+    return query.correlated and query.one_to_one and not query.keyset
+
+
 def plan_rounds(
     query: MergeQuery,
     want: int,
@@ -140,9 +148,7 @@ def plan_rounds(
     # the answer than round 1 saw of it, and round 2 reads about K rows; round 1 reads at
     # most N*ceil(K/N) + K index entries
     b = math.ceil(keys_wanted / len(shards)) + want // len(shards)
-    if query.correlated and query.one_to_one and not query.keyset:
-        # both rounds in one statement: one snapshot, one round trip, one parse (a page
-        # keeps its own round, whose keys also bound the pages after it)
+    if bound_in_statement(query):  # one snapshot, one round trip, one parse
         return Plan(dict.fromkeys(shards, want), found=b)
     rows = query.bound(shards, after, b, keys_wanted, stats)
     return plan_from(rows, shards, want, b, step, pages)
@@ -293,9 +299,7 @@ def probe(
     Otherwise the two-round plan follows: on Spanner one statement that finds its own
     bound; elsewhere the probe's rows, with their sort keys, are its bound round."""
     shards = list(range(query.plan.shard.count))
-    # on Spanner the two rounds' plan for merged() sends nothing until it runs
-    found = query.correlated and not query.keyset
-    own = plan_rounds(query, want, after, stats) if found else None
+    own = plan_rounds(query, want, after, stats) if bound_in_statement(query) else None
     sort_keys = keys or own is None
     first = Plan(dict.fromkeys(shards, limit))
     rows, extra = _run(query, first, want, 0, after, stats, sort_keys, shard=True)
