@@ -63,6 +63,12 @@ class MergeStats:
     rounds: list[dict[int, int]] = field(default_factory=list)
     bounds: list[list[Any] | FoundBound | None] = field(default_factory=list)
 
+    def add_bound_round(self, shards: Sequence[int], b: int) -> None:
+        """A bound round: every shard's branch reads its first ``b`` keys, to no bound."""
+        self.server_rows_read += b * len(shards)
+        self.rounds.append(dict.fromkeys(shards, b))
+        self.bounds.append(None)
+
 
 def is_async(conn: Any) -> bool:
     """An AsyncConnection or AsyncSession (told apart without importing asyncio support)."""
@@ -310,9 +316,7 @@ class MergeQuery:
         rows: list[Any] = self._execute(q).all()
         stats.statements += 1
         stats.key_rows_transferred += len(rows)
-        stats.server_rows_read += b * len(shards)
-        stats.rounds.append(dict.fromkeys(shards, b))
-        stats.bounds.append(None)
+        stats.add_bound_round(shards, b)
         return rows
 
     def rows_statement(

@@ -235,9 +235,7 @@ def _found_reads(stats: MergeStats, shards: int, b: int, want: int) -> int:
     keys were not all before the bound (most) reads only the keys it sent up to it
     (``want`` in all, less ``b`` for each full shard), and at most ``(want - 1) // b``
     full ones read up to their LIMIT, ``want``."""
-    stats.rounds.append(dict.fromkeys(range(shards), b))
-    stats.bounds.append(None)
-    stats.server_rows_read += shards * b
+    stats.add_bound_round(range(shards), b)
     full = min(shards, (want - 1) // b)
     return min(shards * want, want + full * (want - b))
 
