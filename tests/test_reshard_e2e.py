@@ -100,6 +100,8 @@ def test_reshard_with_an_old_writer_throughout_and_a_kill_9(
         assert 0 < filled < SEED
         _upgrade(proj)  # the re-run completes the expand
         during = writer_stats(out)["ok"]
+        # old code keeps writing between the revisions: the contract must fill those rows
+        wait_for("old rows after the expand", lambda: writer_stats(out)["ok"] >= during + 3)
 
         # contract, with the old writer still running: fence, then fill and check
         contract = proj.revision(rm.logs(shard8=False), "contract")
