@@ -62,6 +62,15 @@ def quote_identifier(dialect: Any, name: object, what: str = "column name") -> s
     return str(preparer.quote_identifier(name))
 
 
+def check_seconds(value: object, what: str) -> float:
+    """A duration the caller gave: seconds, a number (not a bool) above 0."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ShardTypeError(f"{what} must be a number of seconds, got {value!r}")
+    if not value > 0:
+        raise ShardConfigError(f"{what} must be above 0 seconds, got {value}")
+    return float(value)
+
+
 def check_positive_int(value: object, what: str) -> int:
     """A count the caller gave: an int (not a bool) of at least 1."""
     if isinstance(value, bool) or not isinstance(value, int):

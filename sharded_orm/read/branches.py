@@ -9,6 +9,7 @@ branches for the bound round, primary-key branches for the rows statement. See
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,6 +18,7 @@ from sqlalchemy import Boolean, and_, literal, literal_column, or_, select, unio
 from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session
 
+from sharded_orm.checks import check_seconds
 from sharded_orm.errors import ShardConfigError, ShardTypeError
 from sharded_orm.read.fanout import BOUND_VAR, SHARD_VAR, FanOut, correlated_ok
 from sharded_orm.read.order import (
@@ -137,6 +139,10 @@ def probe_limit(shards: int, want: int) -> int | None:
     return math.ceil(want / shards) + (2 * want) // shards
 
 
+#: the least time left a statement is given: the Spanner client ends it at once
+MIN_STATEMENT_SECONDS = 0.001
+
+
 class MergeQuery:
     """The user's statement and the per-shard branches a merge sends with it."""
 
@@ -199,7 +205,10 @@ class MergeQuery:
         # the user's statement joined to the branches: they carry the hint and the shard
         # predicate (and, one row of ours per row, the WHERE clause each row passed there)
         self.joined = self.stmt.without_plan(where=not self.one_to_one)
-        self.options = {} if timeout is None else {"timeout": timeout}
+        #: ``timeout`` bounds the whole read: each statement gets what is left of it
+        self.deadline = (
+            None if timeout is None else time.monotonic() + check_seconds(timeout, "timeout")
+        )
         desc = stmt.column_descriptions
         self.scalars = (
             isinstance(conn, Session)
@@ -283,7 +292,12 @@ class MergeQuery:
         return union.subquery(name)
 
     def _execute(self, stmt: Any) -> Any:
-        return self.conn.execute(stmt, execution_options=self.options)
+        if self.deadline is None:
+            return self.conn.execute(stmt)
+        # a deadline already passed still goes to the client, which ends the statement
+        # at once with its usual error (the one a statement that ran out of time raises)
+        left = max(self.deadline - time.monotonic(), MIN_STATEMENT_SECONDS)
+        return self.conn.execute(stmt, execution_options={"timeout": left})
 
     def found_bound(self, after: Any, b: int, want: int) -> tuple[Any, list[Any]]:
         """Round 1 inside the rows statement (Spanner): the first ``want`` sort keys of

@@ -378,8 +378,9 @@ def merged(
     over per-shard branches, in at most two statements. ``limit`` defaults to the
     statement's ``.limit(n)``; its OFFSET skips that many rows of the merged order.
     ``after`` continues strictly after those sort values (see ``order_columns``).
-    ``stats``, if given, receives what the read cost. ``timeout`` (seconds) is passed
-    to every statement as the ``timeout`` execution option.
+    ``stats``, if given, receives what the read cost. ``timeout`` (seconds) bounds
+    the whole read: each statement gets what is left of it (the ``timeout`` execution
+    option).
 
     Two statements that did not see the same rows (AUTOCOMMIT, READ COMMITTED, with a
     write between them) are read again, ``CONSISTENT_ATTEMPTS`` times in all; then
