@@ -14,24 +14,13 @@ import pytest
 import sqlalchemy as sa
 from plans import forced
 from sqlalchemy import event
-from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
+from sqlalchemy.orm import Session
+from test_read_deadlines import Base, Tick  # the same model, its faults apart
 
-from sharded_orm import ShardedIndex, UTCDateTime, merged, page, shard_column, sharded_select
+from sharded_orm import merged, page, sharded_select
 from sharded_orm.errors import ShardConfigError, ShardTypeError
 
 T0 = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
-
-
-class Base(DeclarativeBase):
-    pass
-
-
-class Tick(Base):
-    __tablename__ = "ticks"
-    id: Mapped[int] = mapped_column(primary_key=True, autoincrement=False)
-    ts: Mapped[dt.datetime] = mapped_column(UTCDateTime)
-    s: Mapped[int] = shard_column("id", count=8)
-    __table_args__ = (ShardedIndex("ticks_by_ts", sa.desc("ts"), shard="s"),)
 
 
 STMT = sharded_select(Tick, index="ticks_by_ts").order_by(Tick.ts.desc())
