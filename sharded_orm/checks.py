@@ -63,11 +63,9 @@ def quote_identifier(dialect: Any, name: object, what: str = "column name") -> s
 
 
 def check_seconds(value: object, what: str) -> float:
-    """A duration the caller gave: seconds, a number (not a bool) above 0."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ShardTypeError(f"{what} must be a number of seconds, got {value!r}")
-    if not value > 0:
-        raise ShardConfigError(f"{what} must be above 0 seconds, got {value}")
+    """A duration the caller gave: seconds, a number (not a bool) above 0 and finite."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1e9:
+        raise ShardConfigError(f"{what} must be a positive number of seconds, got {value!r}")
     return float(value)
 
 

@@ -30,6 +30,7 @@ from apache_beam.metrics.metric import Metrics
 from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.windowed_value import WindowedValue
 
+from sharded_orm.checks import check_seconds
 from sharded_orm.retry import RetryPolicy, retry_call
 from sharded_orm.spanner.deadlines import call_options
 from sharded_orm.spanner.mutations import RawSpanner, key_order
@@ -44,14 +45,6 @@ DEFAULT_COMMIT_TIMEOUT = 60.0
 COMMIT_ATTEMPTS_SPAN = 3
 #: Seconds the partitioning of a query, and the read of each partition, may take.
 DEFAULT_READ_TIMEOUT = 900.0
-
-
-def _seconds(value: Any, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1e9:
-        from sharded_orm.errors import ShardConfigError
-
-        raise ShardConfigError(f"{name} must be a positive number of seconds, got {value!r}")
-    return float(value)
 
 
 @dataclass(frozen=True)
@@ -123,7 +116,7 @@ class ReadQuery(beam.PTransform[Any, Any]):
 
     def __init__(self, db: Database, sql: str, *, timeout: float = DEFAULT_READ_TIMEOUT) -> None:
         super().__init__()
-        self.db, self.sql, self.timeout = db, sql, _seconds(timeout, "read_timeout")
+        self.db, self.sql, self.timeout = db, sql, check_seconds(timeout, "read_timeout")
 
     def expand(self, root: Any) -> Any:
         return (
@@ -215,7 +208,7 @@ class WriteMutations(beam.PTransform[Any, Any]):
         commit_timeout: float = DEFAULT_COMMIT_TIMEOUT,
     ) -> None:
         super().__init__()
-        timeout = _seconds(commit_timeout, "commit_timeout")
+        timeout = check_seconds(commit_timeout, "commit_timeout")
         self.fn = _WriteFn(db, batch_rows, batch_cells, batch_bytes, timeout)
 
     def expand(self, mutations: Any) -> Any:

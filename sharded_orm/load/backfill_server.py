@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 import sqlalchemy as sa
 from sqlalchemy import types as sqltypes
 
-from sharded_orm.checks import check_identifier, check_positive_int
+from sharded_orm.checks import check_identifier, check_positive_int, check_seconds
 from sharded_orm.errors import ShardConfigError, UnsupportedOnDialectError
 from sharded_orm.hashing import FARM_FINGERPRINT, validate_algorithm
 from sharded_orm.load.pdml import SpannerCalls
@@ -272,8 +272,8 @@ def backfill_server_side(
 
     start = time.monotonic()
     if deadline is not None:
-        check_positive_float(deadline, "deadline")
-    check_positive_float(statement_timeout, "statement_timeout")
+        check_seconds(deadline, "deadline")
+    check_seconds(statement_timeout, "statement_timeout")
     if rows_per_statement is None and os.environ.get("SPANNER_EMULATOR_HOST"):
         rows_per_statement = EMULATOR_ROWS_PER_STATEMENT
     if rows_per_statement is not None:
@@ -286,12 +286,6 @@ def backfill_server_side(
         )  # fmt: skip
     finally:
         calls.close()
-
-
-def check_positive_float(value: object, what: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1e9:
-        raise ShardConfigError(f"{what} must be a positive number of seconds, got {value!r}")
-    return float(value)
 
 
 def _run(

@@ -366,8 +366,8 @@ def page(
     bounds the rows of all pages together. Reads one row more than the page to know
     whether another follows, so ``next_cursor`` is None exactly when no row sorted after
     this page when it was read. With an AsyncConnection or AsyncSession,
-    ``await page(...)``. ``timeout`` (seconds) bounds the
-    whole read: each statement gets what is left of it (the ``timeout`` execution option).
+    ``await page(...)``. ``timeout`` (seconds) bounds the whole read: each statement
+    gets what is left of it (the ``timeout`` execution option).
     """
     if is_async(conn):
         return conn.run_sync(lambda sync: _page(sync, stmt, page_size, cursor, timeout))
