@@ -147,8 +147,8 @@ def wide_rows(count: int, boost: dict[int, int]) -> list[dict[str, Any]]:
 
 def index_reads(rows: list[dict[str, Any]], stats: MergeStats) -> int:
     """The index entries the two rounds' branches read, from the data: round 1 each
-    shard's first ``b``; round 2 each shard's range up to the bound (the last of the
-    first ``K`` keys of round 1), cut at its LIMIT."""
+    shard's first ``b``; round 2 each shard's range up to the bound (the ``K``-th key of
+    round 1; none with fewer), cut at its LIMIT."""
     shard, per = get_shard_column(Wide, "s"), {}
     for r in rows:
         per.setdefault(shard.compute([r["id"]]), []).append((-r["ts"].timestamp(), r["id"]))
@@ -157,10 +157,12 @@ def index_reads(rows: list[dict[str, Any]], stats: MergeStats) -> int:
     (first, second), (none, found) = stats.rounds, stats.bounds
     assert none is None and isinstance(found, FoundBound)
     b = max(first.values())
-    seen = sorted(key for keys in per.values() for key in keys[:b])[: found.k]
-    bound = seen[-1]
+    seen = sorted(key for keys in per.values() for key in keys[:b])
     top = max(second.values())
     reads = sum(min(b, len(keys)) for keys in per.values())
+    if len(seen) < found.k:  # no bound: every branch reads to its LIMIT
+        return reads + sum(min(top, len(keys)) for keys in per.values())
+    bound = seen[found.k - 1]
     return reads + sum(min(top, bisect.bisect_right(keys, bound)) for keys in per.values())
 
 

@@ -24,7 +24,15 @@ from hypothesis import strategies as st
 from plans import PLANS, forced
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
-from sharded_orm import MergeStats, ShardedIndex, UTCDateTime, merged, page, shard_column
+from sharded_orm import (
+    MergeStats,
+    ShardedIndex,
+    UTCDateTime,
+    get_shard_column,
+    merged,
+    page,
+    shard_column,
+)
 from sharded_orm import sharded_select as sharded_select_
 from sharded_orm.read.order import order_columns
 
@@ -98,6 +106,9 @@ def examples(max_rows: int, max_limit: int, min_page: int) -> Any:
         {
             "n": st.sampled_from(sorted(MODELS)),
             "rows": rows_strategy(max_rows),
+            # every row in these shards (None: ids 0, 1, 2...): a bound round then sees
+            # fewer keys than the merge wants while a shard holds more
+            "hot": st.none() | st.lists(st.integers(0, 7), min_size=1, max_size=2),
             "active": st.lists(st.booleans(), min_size=3, max_size=3),
             "index": st.sampled_from(["tenant_ts", "score"]),
             "tenant": st.none() | st.integers(0, 2),  # None: every tenant
@@ -166,7 +177,8 @@ def reset(conn: sa.Connection, ex: dict[str, Any]) -> None:
         [{"name": f"o{i}", "active": a} for i, a in enumerate(ex["active"])],
     )
     rows, tags = [], []
-    for i, (tenant, s, score, owner, tag_list) in enumerate(ex["rows"]):
+    ids = row_ids(ex["n"], ex.get("hot"), len(ex["rows"]))
+    for i, (tenant, s, score, owner, tag_list) in zip(ids, ex["rows"], strict=True):
         rows.append(
             {
                 "id": i,
@@ -181,6 +193,14 @@ def reset(conn: sa.Connection, ex: dict[str, Any]) -> None:
         conn.execute(MODELS[ex["n"]].__table__.insert(), rows)
     if tags:
         conn.execute(Tag.__table__.insert(), tags)
+
+
+def row_ids(n: int, hot: list[int] | None, count: int) -> list[int]:
+    """``count`` ids: 0, 1, 2... or, with ``hot``, the first ids whose shard is in it."""
+    if hot is None:
+        return list(range(count))
+    shard, wanted = get_shard_column(MODELS[n], "s"), {h % n for h in hot}
+    return [i for i in range(count * n * 8) if shard.compute([i]) in wanted][:count]
 
 
 def all_pages(conn: Any, stmt: Any, size: int, bound: int) -> list[Any]:

@@ -221,16 +221,28 @@ class MergeQuery:
         # ascending is the default: no ASC (every token costs the Spanner DB-API's parse)
         return [t.desc() if d else t for t, (_, d) in zip(terms, self.columns, strict=True)]
 
-    def branch(self, shard: int | None, labels: list[Any], lower: Any, upper: Any, n: int) -> Any:
+    def branch(
+        self,
+        shard: int | None,
+        labels: list[Any],
+        lower: Any,
+        upper: Any,
+        n: int,
+        unbounded: Any = None,
+    ) -> Any:
         """One shard's first ``n`` rows in (lower, upper], as ``labels`` only (``upper``
-        False: no upper condition; ``shard`` None: the shard the enclosing fan-out names)."""
+        False: no upper condition; ``unbounded``: SQL true where ``upper`` does not
+        apply; ``shard`` None: the shard the enclosing fan-out names)."""
         extra = [lbl for lbl in labels if all(lbl is not k for k in self.key_labels)]
         pinned = self.bare.for_shard(shard) if shard is not None else self.bare_var
         if self.stmt._distinct:  # DISTINCT decides over the user's columns: keep them
             q = pinned.add_columns(*self.key_labels, *extra)
         else:  # only ours: a short text (the Spanner DB-API parses every statement)
             q = pinned.with_only_columns(*self.key_labels, *extra, maintain_column_froms=True)
-        for cond in (self.after(lower), None if upper is False else self.up_to(upper)):
+        up = None if upper is False else self.up_to(upper)
+        if up is not None and unbounded is not None:
+            up = or_(unbounded, up)
+        for cond in (self.after(lower), up):
             if cond is not None:
                 q = q.where(cond)
         q = q.order_by(*self._order(self.key_labels)).limit(n)
@@ -254,7 +266,9 @@ class MergeQuery:
         ``joined``: the right side of a JOIN, after ``bound``, see ``found_bound``), a
         ``UNION ALL`` elsewhere."""
         if self.correlated:
-            inner = self.branch(None, labels, lower, upper, max(limits.values()))
+            # a bound found in the statement is NULL where fewer keys than it needs exist
+            unbounded = None if bound is None else literal_column(BOUND_VAR).is_(None)
+            inner = self.branch(None, labels, lower, upper, max(limits.values()), unbounded)
             inner = inner.prefix_with("AS STRUCT")
             names = [lbl.name for lbl in labels]
             return FanOut(name, names, inner, self.plan.shard.count, joined, bound)
@@ -300,16 +314,17 @@ class MergeQuery:
         return self.conn.execute(stmt, execution_options={"timeout": left})
 
     def found_bound(self, after: Any, b: int, want: int) -> tuple[Any, list[Any]]:
-        """Round 1 inside the rows statement (Spanner): the first ``want`` sort keys of
-        every shard's first ``b``, as structs in the database's order (the fan-out keeps
-        the last, ``BOUND_VAR``), and the SQL of that last key's values. Fewer than
-        ``want`` keys means every shard sent all it holds: the last is a bound still."""
+        """Round 1 inside the rows statement (Spanner): the ``want``-th sort key of every
+        shard's first ``b``, in the database's order, as a struct (the fan-out names it
+        ``BOUND_VAR``), and the SQL of its values. With fewer than ``want`` keys it is
+        NULL and there is no bound: a shard that sent its ``b`` keys may hold more of
+        the answer (every shard in one hot shard's table, a small table)."""
         every = dict.fromkeys(range(self.plan.shard.count), b)
         u = self.fan(self.key_labels, after, False, every, "so_b")
         # unqualified: the names are ours alone there (every token costs the DB-API parse)
         keys: list[Any] = [literal_column(lbl.name) for lbl in self.key_labels]
-        q = select(*keys).select_from(u).order_by(*self._order(keys)).limit(want)
-        q = q.prefix_with("AS STRUCT")
+        q = select(*keys).select_from(u).order_by(*self._order(keys))
+        q = q.limit(1).offset(want - 1).prefix_with("AS STRUCT")
         values = [
             literal_column(f"{BOUND_VAR}.{lbl.name}", c.type)
             for lbl, (c, _) in zip(self.key_labels, self.columns, strict=True)

@@ -14,13 +14,15 @@ N = 64 as at N = 2 (a ``UNION ALL`` of 64 branches is about 20 kB of text). Ever
 gets the same LIMIT: LIMIT takes a constant or a parameter, not a per-row expression.
 Other dialects (SQLite has no arrays) get a ``UNION ALL`` of branches, each its own LIMIT.
 
-A joined fan-out may also carry a bound round (``bound``: the first ``K`` sort keys of
-every shard's first ``b``, as structs in the database's order), evaluated once, ahead
-of the branches, which then stop at its last key ``BOUND_VAR``::
+A joined fan-out may also carry a bound round (``bound``: the ``K``-th sort key of every
+shard's first ``b``, a ``SELECT AS STRUCT ... LIMIT 1 OFFSET K - 1``), evaluated once,
+ahead of the branches, which then stop at that key ``BOUND_VAR`` (NULL, and no bound,
+where fewer than ``K`` keys exist)::
 
-    ((SELECT ARRAY_REVERSE(ARRAY(<bound>))[SAFE_OFFSET(0)] AS so_t) AS so_tt
+    ((SELECT (<bound>) AS so_t) AS so_tt
      CROSS JOIN UNNEST(GENERATE_ARRAY(0, N - 1)) AS so_shard_n
-     CROSS JOIN UNNEST(ARRAY(SELECT AS STRUCT ... AND <at or before so_t> ...)) AS name)
+     CROSS JOIN UNNEST(ARRAY(SELECT AS STRUCT ... AND (so_t IS NULL OR <at or before so_t>)
+                             ...)) AS name)
 
 Both rounds are then one statement: one snapshot, one round trip, one parse.
 """
@@ -88,7 +90,7 @@ class FanOut(TableClause):
         self.count = count
         #: rendered as a parenthesized join: the right side of a JOIN
         self.joined = joined
-        #: a SELECT AS STRUCT of sort keys whose last row bounds the branches (joined only)
+        #: a SELECT AS STRUCT of the sort key (one row or none) bounding the branches (joined only)
         self.bound = bound
 
 
@@ -99,8 +101,8 @@ def _compile_fan_out(element: FanOut, compiler: Any, **kw: Any) -> str:
     # with LIMIT), and ``str()`` shows what runs
     shards = f"UNNEST(GENERATE_ARRAY(0, {int(element.count) - 1})) AS {SHARD_VAR}"
     if element.bound is not None:  # (its text, parameters included, comes first)
-        last = f"ARRAY_REVERSE(ARRAY({compiler.process(element.bound)}))[SAFE_OFFSET(0)]"
-        shards = f"(SELECT {last} AS {BOUND_VAR}) AS so_tt CROSS JOIN {shards}"
+        bound = compiler.process(element.bound)
+        shards = f"(SELECT ({bound}) AS {BOUND_VAR}) AS so_tt CROSS JOIN {shards}"
     inner = compiler.process(element.inner)
     name = compiler.preparer.quote(element.name)
     if element.joined:

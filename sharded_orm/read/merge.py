@@ -101,7 +101,9 @@ def _full(
     rows: Sequence[Any], upto: int, b: int
 ) -> tuple[dict[int, int], dict[int, int], set[int]]:
     """(count, last position, full shards) over ``rows[:upto + 1]``: a shard is full when it
-    sent its ``b`` keys there, the last strictly before position ``upto``."""
+    sent its ``b`` keys there, the last strictly before position ``upto`` (the bound's: a
+    shard whose ``b``-th key is the bound holds nothing more before it). With fewer rows
+    than that there is no bound, and every shard that sent ``b`` keys may hold more."""
     count: dict[int, int] = {}
     last: dict[int, int] = {}
     for pos, row in enumerate(rows[: upto + 1]):
@@ -160,7 +162,7 @@ def plan_from(
     """The rows statement's plan from a bound round's ``rows`` (sort key..., shard), the
     first of every shard's first ``b``, in the database's order."""
     upper = list(rows[want - 1][:-1]) if len(rows) >= want else None
-    count, last, full = _full(rows, min(want, len(rows)) - 1, b)
+    count, last, full = _full(rows, want - 1, b)
     asks: dict[int, int] = {}
     for s in shards:
         c = count.get(s, 0)
