@@ -110,16 +110,15 @@ def micros(ts: dt.datetime) -> int:
 def index_reads(keys: dict[int, list[tuple[int, int]]], stats: MergeStats) -> int:
     """Index entries merged()'s branches read: each shard's range up to its round's
     bound, cut at its LIMIT (the correlated form on Spanner gives every shard the
-    largest); a bound found in the statement is the last of the first k keys of the
-    round before it."""
+    largest); a bound found in the statement is the k-th key of the round before it
+    (none where that round saw fewer)."""
     total, previous = 0, 0
     for limits, bound in zip(stats.rounds, stats.bounds, strict=True):
         top = max(limits.values())
         at: tuple[int, int] | None = None
-        if isinstance(bound, FoundBound):  # the last of the first k keys of the round before
-            at = sorted(key for shard_keys in keys.values() for key in shard_keys[:previous])[
-                : bound.k
-            ][-1]
+        if isinstance(bound, FoundBound):  # the k-th key of the round before
+            seen = sorted(key for shard_keys in keys.values() for key in shard_keys[:previous])
+            at = seen[bound.k - 1] if len(seen) >= bound.k else None
         elif bound is not None:
             ts, ident = bound
             at = (-micros(ts), ident)
