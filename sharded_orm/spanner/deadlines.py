@@ -192,20 +192,73 @@ def read_errors(seconds: float | None) -> Iterator[None]:
 
 
 class DeadlineCursor(Cursor):  # type: ignore[misc]
-    """The DB-API cursor on a :class:`DeadlineConnection`; fetches map read failures."""
+    """The DB-API cursor on a :class:`DeadlineConnection`; fetches map read failures.
+
+    The DB-API's fetches catch every error of the result's stream and return the rows
+    read before it (``Cursor._fetch``: it keeps the error only for its transaction
+    retry): a stream that stalls past its deadline or is cut for good after some rows
+    came back as a shorter result, with no error. On Spanner, which sends resume tokens
+    as it streams, that is a silent truncation (the emulator sends none, so its faults
+    surface in ``execute``). So the rows are iterated here, the error that ends them
+    kept, and raised once the DB-API's fetch returns
+    (``tests/test_read_streams.py`` trips when upstream raises it itself)."""
 
     def __init__(self, connection: Any, seconds: float | None) -> None:
         super().__init__(DeadlineConnection(connection, call_options(seconds)))
         self.deadline_seconds = seconds
+        #: the error that ended the result's stream during the current fetch
+        self.stream_error: Exception | None = None
+
+    def __iter__(self) -> Iterator[Any]:
+        return self._watched(super().__iter__())
+
+    def _watched(self, rows: Iterator[Any]) -> Iterator[Any]:
+        self.stream_error = None  # a fetch the DB-API runs again (after ABORTED) starts anew
+        try:
+            yield from rows
+        except Exception as e:
+            self.stream_error = e
+            raise
+
+    def __next__(self) -> Any:
+        try:
+            row = super().__next__()
+        except StopIteration:
+            self.stream_error = None
+            raise
+        except Exception as e:
+            self.stream_error = e
+            raise
+        if self.stream_error is not None:  # read again after ABORTED: not the end
+            self.stream_error = None
+        return row
+
+    def _fetched(self, rows: Any, count: int) -> Any:
+        error, self.stream_error = self.stream_error, None
+        if error is None:
+            return rows
+        if isinstance(error, (*_READ_FAILURES, _dbapi.Error)):
+            raise error
+        raise _dbapi.OperationalError(
+            f"the statement's result stream failed after {count} rows of this fetch: "
+            f"{getattr(error, 'message', None) or error}. They are not returned: the "
+            "result is incomplete."
+        ) from error
 
     def fetchone(self) -> Any:
         with read_errors(self.deadline_seconds):
-            return super().fetchone()
+            self.stream_error = None
+            row = super().fetchone()
+            return self._fetched(row, int(row is not None))
 
     def fetchmany(self, size: int | None = None) -> Any:
         with read_errors(self.deadline_seconds):
-            return super().fetchmany(size)
+            self.stream_error = None
+            rows = super().fetchmany(size)
+            return self._fetched(rows, len(rows))
 
     def fetchall(self) -> Any:
         with read_errors(self.deadline_seconds):
-            return super().fetchall()
+            self.stream_error = None
+            rows = super().fetchall()
+            return self._fetched(rows, len(rows))

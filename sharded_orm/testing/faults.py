@@ -17,6 +17,12 @@ it works for every method, the admin API included. Then:
 * ``proxy.go_away()`` / ``proxy.come_back()``: the listener closes (calls in flight are
   cancelled, new ones are refused as when a server dies) and reopens on the same port.
 
+``FaultProxy(target, resume_tokens=True)`` streams results as Spanner does: every result
+message carries a resume token (the emulator sends none, so the client reads a whole
+result before its first row, and every mid-result fault lands in ``execute``). A stream
+resumed from one runs again upstream, and the messages the client already has are
+skipped.
+
 ``proxy.calls`` lists what happened to each call, ``proxy.count("Commit")`` how many
 arrived. :meth:`FaultProxy.emulator` gives an ``Emulator`` handle whose clients and
 engines talk through the proxy::
@@ -40,6 +46,10 @@ from typing import Any
 
 #: Server-streaming methods of the Spanner API (every other method is unary).
 STREAMING_METHODS = frozenset({"ExecuteStreamingSql", "StreamingRead", "BatchWrite"})
+#: Streams whose messages get resume tokens, and the type of their request.
+_RESUMABLE = {"ExecuteStreamingSql": "ExecuteSqlRequest", "StreamingRead": "ReadRequest"}
+#: A resume token of the proxy's: this, then how many messages the stream had sent.
+_TOKEN = b"sharded-orm-proxy:"
 #: Request headers not forwarded (set by the channel itself).
 _HOP_HEADERS = ("user-agent", "grpc-", ":")
 
@@ -58,10 +68,17 @@ class _Rule:
 class FaultProxy:
     """A gRPC proxy on 127.0.0.1 that forwards to ``target`` and injects faults on demand."""
 
-    def __init__(self, target: str, *, port: int = 0, workers: int = 32) -> None:
+    def __init__(
+        self, target: str, *, port: int = 0, workers: int = 32, resume_tokens: bool = False
+    ) -> None:
         import grpc
 
         self.target = target
+        self._types: Any = None
+        if resume_tokens:
+            from google.cloud.spanner_v1 import types
+
+            self._types = types
         self._grpc = grpc
         self._channel = grpc.insecure_channel(target)
         self._rules: list[_Rule] = []
@@ -251,12 +268,20 @@ class FaultProxy:
     def stream(self, method: str, name: str, request: bytes, context: Any) -> Iterator[bytes]:
         rule = self._before(name, context)
         midway = rule if rule is not None and rule.mode in ("cut", "stall") else None
+        tokens = self._types is not None and name in _RESUMABLE
+        skip = 0
+        if tokens:
+            request, skip = self._resumed(name, request)
         sent = 0
         try:
-            for reply in self._channel.unary_stream(method)(request, **self._forward_args(context)):
+            for at, reply in enumerate(
+                self._channel.unary_stream(method)(request, **self._forward_args(context)), 1
+            ):
+                if at <= skip:  # the client has it: the stream resumes after it
+                    continue
                 if midway is not None and sent >= midway.after:
                     self._midway(name, midway, context)
-                yield reply
+                yield self._with_token(reply, at) if tokens else reply
                 sent += 1
             if midway is not None:  # the stream ended before the fault: fault at its end
                 self._midway(name, midway, context)
@@ -264,6 +289,20 @@ class FaultProxy:
             self._record(name, f"upstream {exc.code().name}")
             context.abort(exc.code(), exc.details() or "")
         self._after(name, None if midway is not None else rule, context)
+
+    def _resumed(self, name: str, request: bytes) -> tuple[bytes, int]:
+        """The request without a token of ours, and how many messages it resumes after."""
+        pb = getattr(self._types, _RESUMABLE[name]).pb().FromString(request)
+        if not pb.resume_token.startswith(_TOKEN):
+            return request, 0
+        skip = int(pb.resume_token[len(_TOKEN) :])
+        pb.resume_token = b""
+        return pb.SerializeToString(), skip
+
+    def _with_token(self, reply: bytes, at: int) -> bytes:
+        pb = self._types.PartialResultSet.pb().FromString(reply)
+        pb.resume_token = _TOKEN + str(at).encode()
+        return bytes(pb.SerializeToString())
 
     def _midway(self, name: str, rule: _Rule, context: Any) -> None:
         code = getattr(self._grpc.StatusCode, rule.code.upper())
