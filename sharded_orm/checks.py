@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, TypeGuard
 
 from sharded_orm.errors import ShardConfigError, ShardTypeError
 
@@ -62,9 +62,21 @@ def quote_identifier(dialect: Any, name: object, what: str = "column name") -> s
     return str(preparer.quote_identifier(name))
 
 
+#: the longest duration taken, in seconds (about 31 years): beyond it (inf included) the
+#: clients' deadlines overflow and end a call at once
+MAX_SECONDS = 1e9
+
+
+def is_seconds(value: object) -> TypeGuard[int | float]:
+    """A duration: a number (not a bool) above 0 and below ``MAX_SECONDS``."""
+    return (
+        not isinstance(value, bool) and isinstance(value, (int, float)) and 0 < value < MAX_SECONDS
+    )
+
+
 def check_seconds(value: object, what: str) -> float:
     """A duration the caller gave: seconds, a number (not a bool) above 0 and finite."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1e9:
+    if not is_seconds(value):
         raise ShardConfigError(f"{what} must be a positive number of seconds, got {value!r}")
     return float(value)
 

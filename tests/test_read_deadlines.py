@@ -184,7 +184,7 @@ def test_the_engine_wide_default_applies(spanner_emulator: Any, spanner_faults: 
         engine.dispose()
 
 
-@pytest.mark.parametrize("bad", [0, -1, "5", True])
+@pytest.mark.parametrize("bad", [0, -1, "5", True, float("inf"), float("nan"), 1e300])
 def test_a_bad_timeout_is_refused(spanner_engine: sa.Engine, bad: object) -> None:
     with pytest.raises(sa.exc.ProgrammingError, match="execution option timeout"):
         _read(spanner_engine, sa.text("SELECT 1"), timeout=bad)

@@ -23,6 +23,8 @@ from typing import Any
 
 from google.cloud.spanner_dbapi import exceptions as _dbapi
 
+from sharded_orm.checks import is_seconds
+
 #: ``create_engine`` keyword (and ``sqlalchemy.`` option of ``engine_from_config``).
 COMMIT_TIMEOUT_ARGUMENT = "commit_timeout"
 #: Seconds a commit may take when ``commit_timeout`` is not given.
@@ -40,7 +42,7 @@ def check_commit_timeout(value: Any) -> float | None:
     """``value`` as seconds (a positive number, or None for the client's own timeout)."""
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1e9:
+    if not is_seconds(value):
         raise _dbapi.ProgrammingError(
             f"{COMMIT_TIMEOUT_ARGUMENT}={value!r}: give the seconds a commit may take, a "
             "number > 0 (or None for the Spanner client's own timeout of an hour)"

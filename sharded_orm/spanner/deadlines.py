@@ -36,6 +36,8 @@ from google.api_core.retry import Retry, if_exception_type
 from google.cloud.spanner_dbapi import Cursor
 from google.cloud.spanner_dbapi import exceptions as _dbapi
 
+from sharded_orm.checks import MAX_SECONDS, is_seconds
+
 #: Execution option naming a statement's deadline, in seconds.
 TIMEOUT_OPTION = "timeout"
 #: Seconds a statement may take when no ``timeout`` execution option is set.
@@ -55,10 +57,11 @@ def timeout_of(options: Any, default: float | None = DEFAULT_READ_TIMEOUT) -> fl
     seconds = options.get(TIMEOUT_OPTION, default)
     if seconds is None:
         return None
-    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not seconds > 0:
+    if not is_seconds(seconds):  # (inf, 1e300: the client's deadline overflowed at once)
         raise _dbapi.ProgrammingError(
             f"execution option {TIMEOUT_OPTION}={seconds!r}: give the seconds a statement "
-            "may take, a number > 0 (or None for the Spanner client's own default)"
+            f"may take, a number > 0 and below {MAX_SECONDS:g} (or None for the Spanner "
+            "client's own default)"
         )
     return float(seconds)
 
