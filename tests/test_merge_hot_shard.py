@@ -18,36 +18,14 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 from plans import PLANS, forced
-from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
+from sqlalchemy.orm import Session
+from test_merge_one_statement import T0, Wide  # 64 shards, newest first
 
-from sharded_orm import (
-    MergeStats,
-    ShardedIndex,
-    UTCDateTime,
-    get_shard_column,
-    merged,
-    page,
-    shard_column,
-    sharded_select,
-)
-
-T0 = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
-
-
-class B(DeclarativeBase):
-    pass
-
-
-class Hot(B):
-    __tablename__ = "hot64"
-    id: Mapped[int] = mapped_column(primary_key=True, autoincrement=False)
-    ts: Mapped[dt.datetime] = mapped_column(UTCDateTime)
-    s: Mapped[int] = shard_column("id", count=64)
-    __table_args__ = (ShardedIndex("hot64_by_ts", sa.desc("ts"), shard="s"),)
+from sharded_orm import MergeStats, get_shard_column, merged, page, sharded_select
 
 
 def ids_in(shards: set[int], count: int) -> list[int]:
-    shard = get_shard_column(Hot, "s")
+    shard = get_shard_column(Wide, "s")
     out: list[int] = []
     i = 0
     while len(out) < count:
@@ -87,12 +65,12 @@ LAYOUTS = ["one shard", "hot and newer", "two rows in a shard"]
 def test_fewer_keys_than_k_bound_nothing(engine: sa.Engine, name: str) -> None:
     """Every plan of the cost rule, through a Connection and a Session, and a page walk:
     the rows the unsharded statement gives, in at most two statements."""
-    t = Hot.__table__
+    t = Wide.__table__
     t.create(engine)
     try:
         with engine.begin() as c:
             c.execute(t.insert(), layout(name))
-        stmt = sharded_select(Hot, index="hot64_by_ts").order_by(Hot.ts.desc())
+        stmt = sharded_select(Wide, index="wide_by_ts").order_by(Wide.ts.desc())
         with engine.connect() as c:
             truth = c.execute(sa.select(t.c.id).order_by(t.c.ts.desc(), t.c.id)).scalars().all()
             for plan in PLANS:
@@ -121,7 +99,7 @@ def test_fewer_keys_than_k_bound_nothing(engine: sa.Engine, name: str) -> None:
 def test_the_statement_reads_on_with_no_bound(spanner_engine: sa.Engine) -> None:
     """On Spanner the bound found inside the statement is NULL with fewer than ``k`` keys
     (``so_t IS NULL`` lets every branch read to its LIMIT), and still one statement."""
-    t = Hot.__table__
+    t = Wide.__table__
     t.create(spanner_engine)
     with spanner_engine.begin() as c:
         c.execute(t.insert(), layout("one shard"))
@@ -131,7 +109,7 @@ def test_the_statement_reads_on_with_no_bound(spanner_engine: sa.Engine) -> None
     def _keep(conn: Any, cursor: Any, statement: str, *_: Any) -> None:
         sent.append(statement)
 
-    stmt = sharded_select(Hot, index="hot64_by_ts").order_by(Hot.ts.desc())
+    stmt = sharded_select(Wide, index="wide_by_ts").order_by(Wide.ts.desc())
     with spanner_engine.connect() as c:
         stats = MergeStats()
         got = merged(c, stmt, 100, stats=stats)
