@@ -113,7 +113,7 @@ def examples(max_rows: int, max_limit: int, min_page: int) -> Any:
             "index": st.sampled_from(["tenant_ts", "score"]),
             "tenant": st.none() | st.integers(0, 2),  # None: every tenant
             "range": st.none() | st.tuples(st.integers(-1, 12), st.integers(0, 14)),
-            "join": st.sampled_from([None, "owner", "tag"]),
+            "join": st.sampled_from([None, "owner", "tag", "outer tag"]),
             "distinct": st.booleans(),
             "offset": st.sampled_from([0, 0, 1, 4]),
             "own_limit": st.booleans(),  # .limit(n) on the statement, or limit= to merged
@@ -147,6 +147,9 @@ def make_query(ex: dict[str, Any]) -> tuple[Any, Any]:
     elif ex["join"] == "tag":
         stmt = stmt.join(Tag, Tag.ev_id == m.id)
         plain = plain.join(Tag, Tag.ev_id == m.id)
+    elif ex["join"] == "outer tag":  # an untagged event's Tag key is NULL
+        stmt = stmt.outerjoin(Tag, Tag.ev_id == m.id)
+        plain = plain.outerjoin(Tag, Tag.ev_id == m.id)
     stmt, plain = stmt.where(*conds), plain.where(*conds)
     if ex["distinct"]:
         stmt, plain = stmt.distinct(), plain.distinct()

@@ -26,6 +26,7 @@ from sharded_orm.read.order import (
     at_or_before_condition,
     check_nulls,
     final_froms,
+    joined_columns,
     order_over,
     plain,
     require_plan,
@@ -81,6 +82,11 @@ def is_async(conn: Any) -> bool:
 
 def statement_window(stmt: Any) -> tuple[int | None, int]:
     """(LIMIT, OFFSET) of the statement as ints; refuses SQL expressions there."""
+    if stmt._fetch_clause is not None:  # (FETCH FIRST: a LIMIT the window cannot read)
+        raise ShardConfigError(
+            "merged()/page() read the statement's LIMIT, not FETCH FIRST: use .limit(n) "
+            "instead of .fetch(n)"
+        )
     out: list[int | None] = []
     for what, clause, attr in (
         ("LIMIT", stmt._limit_clause, "_limit"),
@@ -168,6 +174,8 @@ class MergeQuery:
         # millisecond: once per read)
         froms = final_froms(stmt)
         self.columns = order_over(stmt, froms)
+        #: the order's keys of joined tables: NULL where an outer join matched no row
+        self.joined_keys = joined_columns(self.columns, self.plan.table)
         check_nulls(self.dialect, self.columns)
         selected = [plain(c) for c in stmt.selected_columns]
         missing = [c.name for c, _ in self.columns if not any(c is x for x in selected)]
@@ -288,18 +296,21 @@ class MergeQuery:
         """Strictly after ``lower`` (None: from the start). For pages (``keyset``) one
         shape either way: the first page shares the compiled forms of the later ones."""
         if not self.keyset:
-            return None if lower is None else after_condition(self.columns, lower)
+            return None if lower is None else after_condition(self.columns, lower, self.joined_keys)
         values = [None] * len(self.columns) if lower is None else lower
-        return or_(literal(lower is None, Boolean()), after_condition(self.columns, values))
+        after = after_condition(self.columns, values, self.joined_keys)
+        return or_(literal(lower is None, Boolean()), after)
 
     def up_to(self, upper: Sequence[Any] | None) -> Any:
         """At or before ``upper`` (None: no bound). For pages one shape either way: the
         page that finds no bound shares the compiled form of the others."""
         if not self.keyset:
-            return None if upper is None else at_or_before_condition(self.columns, upper)
+            if upper is None:
+                return None
+            return at_or_before_condition(self.columns, upper, self.joined_keys)
         values = [None] * len(self.columns) if upper is None else upper
         unbounded = literal(upper is None, Boolean())
-        return or_(unbounded, at_or_before_condition(self.columns, values))
+        return or_(unbounded, at_or_before_condition(self.columns, values, self.joined_keys))
 
     def _union(self, branches: list[Any], name: str) -> Any:
         union: Any = branches[0] if len(branches) == 1 else union_all(*branches)

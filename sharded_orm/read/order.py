@@ -13,10 +13,21 @@ an ordering column is nullable.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
-from sqlalchemy import Boolean, Float, Table, TypeDecorator, and_, false, literal, or_, true
+from sqlalchemy import (
+    Boolean,
+    Column,
+    Float,
+    Table,
+    TypeDecorator,
+    and_,
+    false,
+    literal,
+    or_,
+    true,
+)
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql import operators
 from sqlalchemy.sql.elements import ColumnElement, Label, UnaryExpression
@@ -110,6 +121,25 @@ def _joined_keys(plan: ShardPlan, froms: Sequence[Any]) -> list[Any]:
     return keys
 
 
+def _distinct_columns(stmt: Any, plan: ShardPlan) -> list[Any]:
+    """The selected columns of other tables than ours: DISTINCT rows are unique over the
+    select list, so these tell apart the rows one row of ours gives with a join (they
+    are selected, so ordering by them changes nothing DISTINCT removes)."""
+    out = []
+    for c in stmt.selected_columns:
+        col = plain(c)
+        if all(t is plan.table for t in getattr(col, "_from_objects", ())):
+            continue
+        if not isinstance(col, Column):
+            raise ShardConfigError(
+                f"merged()/page() cannot order the DISTINCT rows of {plan.table.name!r} by "
+                f"{col}: an expression over a joined table can repeat one of its rows with "
+                "other values. Select the joined table's columns themselves, or drop DISTINCT."
+            )
+        out.append(col)
+    return out
+
+
 def order_columns(stmt: Any) -> list[tuple[Any, bool]]:
     """(column, descending) that a ``sharded_select`` is merged and paged by.
 
@@ -124,12 +154,12 @@ def order_over(stmt: Any, froms: Sequence[Any]) -> list[tuple[Any, bool]]:
     plan = require_plan(stmt, "order_columns")
     pinned = _pinned(stmt)
     wanted = [(c, d) for c, d in plan.sort_columns if c not in pinned]
-    if not stmt._distinct:
-        seen = {c for c, _ in wanted}
-        for c in _joined_keys(plan, froms):
-            if c not in pinned and c not in seen:
-                wanted.append((c, False))
-                seen.add(c)
+    seen = {c for c, _ in wanted}
+    ties = _distinct_columns(stmt, plan) if stmt._distinct else _joined_keys(plan, froms)
+    for c in ties:
+        if c not in pinned and c not in seen:
+            wanted.append((c, False))
+            seen.add(c)
     given = []
     for clause in stmt._order_by_clauses:
         desc = isinstance(clause, UnaryExpression) and clause.modifier is operators.desc_op
@@ -163,14 +193,35 @@ def check_nulls(dialect: Any, columns: Sequence[tuple[Any, bool]]) -> None:
 # ----------------------------------------------------------------------------- keyset
 
 
+class EnumName(str):
+    """An Enum member's name, read back from a cursor: bound as that member of the
+    column's enum class (an Enum stored by value, ``values_callable``, does not store
+    the name)."""
+
+
 def _bound(col: Any, v: Any) -> Any:
     """``v`` as a bound parameter of ``col``'s type (its bind processing included), or
     as it is when it is SQL already (a bound the statement finds itself)."""
-    return v if isinstance(v, ColumnElement) else literal(v, col.type)
+    if isinstance(v, ColumnElement):
+        return v
+    if isinstance(v, EnumName):
+        t = col.type.impl_instance if isinstance(col.type, TypeDecorator) else col.type
+        members = getattr(t, "enum_class", None)
+        if members is not None and v in members.__members__:
+            v = members[v]
+    return literal(v, col.type)
 
 
-def _nullable(col: Any) -> bool:
-    return bool(getattr(col, "nullable", True))
+def _nullable(col: Any, joined: Collection[int]) -> bool:
+    """Whether ``col`` can be NULL in the statement's rows: declared so, or a key of a
+    joined table (``joined``, by ``id``), which an outer join makes NULL where no row
+    matched however it is declared."""
+    return id(col) in joined or bool(getattr(col, "nullable", True))
+
+
+def joined_columns(columns: Sequence[tuple[Any, bool]], table: Any) -> frozenset[int]:
+    """The ``id`` of each order column that is not ``table``'s (the sharded table's)."""
+    return frozenset(id(c) for c, _ in columns if getattr(c, "table", None) is not table)
 
 
 def _is_null(v: Any) -> Any:
@@ -221,11 +272,11 @@ def _is_nan(v: Any) -> Any:
 # which compares false with everything, is told by IS_NAN.
 
 
-def _after_one(col: Any, desc: bool, v: Any) -> Any:
+def _after_one(col: Any, desc: bool, v: Any, joined: Collection[int]) -> Any:
     """Strictly after ``v`` in ``col``'s direction (NULL is smallest, then NaN)."""
     p = _bound(col, v)
     terms = [col < p if desc else col > p]
-    nullable = _nullable(col)
+    nullable = _nullable(col, joined)
     if nullable:
         terms.append(
             and_(col.is_(None), ~_is_null(v)) if desc else and_(_is_null(v), col.is_not(None))
@@ -238,30 +289,33 @@ def _after_one(col: Any, desc: bool, v: Any) -> Any:
     return terms[0] if len(terms) == 1 else or_(*terms)
 
 
-def _equal(col: Any, v: Any) -> Any:
+def _equal(col: Any, v: Any, joined: Collection[int]) -> Any:
     p = _bound(col, v)
     terms = [col == p]
-    if _nullable(col):
+    if _nullable(col, joined):
         terms.append(and_(col.is_(None), _is_null(v)))
     if _floating(col):
         terms.append(and_(IsNan(col), _is_nan(v)))
     return terms[0] if len(terms) == 1 else or_(*terms)
 
 
-def after_condition(columns: Sequence[tuple[Any, bool]], values: Sequence[Any]) -> Any:
-    """Rows strictly after ``values`` in the order of ``columns`` (keyset continuation)."""
+def after_condition(
+    columns: Sequence[tuple[Any, bool]], values: Sequence[Any], joined: Collection[int] = ()
+) -> Any:
+    """Rows strictly after ``values`` in the order of ``columns`` (keyset continuation);
+    ``joined``: see ``joined_columns``."""
     ors = []
     for i, (col, desc) in enumerate(columns):
-        eqs = [_equal(c, v) for (c, _), v in zip(columns[:i], values[:i], strict=True)]
-        ors.append(and_(*eqs, _after_one(col, desc, values[i])))
+        eqs = [_equal(c, v, joined) for (c, _), v in zip(columns[:i], values[:i], strict=True)]
+        ors.append(and_(*eqs, _after_one(col, desc, values[i], joined)))
     return or_(*ors) if ors else false()
 
 
-def _at_or_before_one(col: Any, desc: bool, v: Any) -> Any:
+def _at_or_before_one(col: Any, desc: bool, v: Any, joined: Collection[int]) -> Any:
     """At or before ``v`` in ``col``'s direction (NULL is smallest, then NaN)."""
     p = _bound(col, v)
     terms = [col >= p if desc else col <= p]
-    if _nullable(col):
+    if _nullable(col, joined):
         terms.append(_is_null(v) if desc else col.is_(None))
     if _floating(col):
         if desc:  # at or before NaN: every row but NULL
@@ -271,14 +325,17 @@ def _at_or_before_one(col: Any, desc: bool, v: Any) -> Any:
     return terms[0] if len(terms) == 1 else or_(*terms)
 
 
-def at_or_before_condition(columns: Sequence[tuple[Any, bool]], values: Sequence[Any]) -> Any:
-    """Rows at or before ``values`` in the order of ``columns`` (the merge's upper bound)."""
+def at_or_before_condition(
+    columns: Sequence[tuple[Any, bool]], values: Sequence[Any], joined: Collection[int] = ()
+) -> Any:
+    """Rows at or before ``values`` in the order of ``columns`` (the merge's upper bound);
+    ``joined``: see ``joined_columns``."""
     ors = []
     last = len(columns) - 1
     for i, (col, desc) in enumerate(columns):
-        eqs = [_equal(c, v) for (c, _), v in zip(columns[:i], values[:i], strict=True)]
+        eqs = [_equal(c, v, joined) for (c, _), v in zip(columns[:i], values[:i], strict=True)]
         if i == last:
-            ors.append(and_(*eqs, _at_or_before_one(col, desc, values[i])))
+            ors.append(and_(*eqs, _at_or_before_one(col, desc, values[i], joined)))
         else:  # strictly before in one direction is strictly after in the other
-            ors.append(and_(*eqs, _after_one(col, not desc, values[i])))
+            ors.append(and_(*eqs, _after_one(col, not desc, values[i], joined)))
     return or_(*ors) if ors else true()

@@ -45,6 +45,7 @@ from sharded_orm.read.merge import (
     read,
     statement_window,
 )
+from sharded_orm.read.order import EnumName
 from sharded_orm.read.plan import plan_of
 
 if TYPE_CHECKING:
@@ -110,14 +111,18 @@ def _encode_value(v: Any) -> list[Any]:
         return ["t", v.isoformat(), nanos]
     if isinstance(v, dt.date):
         return ["d", v.isoformat()]
+    if isinstance(v, dt.time):
+        return ["h", v.isoformat()]
+    if isinstance(v, dt.timedelta):
+        return ["r", [v.days, v.seconds, v.microseconds]]
     if isinstance(v, Decimal):
         return ["m", str(v)]
     if isinstance(v, uuid.UUID):
         return ["u", str(v)]
     if isinstance(v, bytes):
         return ["y", base64.b64encode(v).decode()]
-    if isinstance(v, enum.Enum):  # an Enum column binds its members' names as well
-        return ["s", v.name]
+    if isinstance(v, enum.Enum):  # bound again as the column's member (``EnumName``)
+        return ["e", v.name]
     raise CursorError(f"cannot put a {type(v).__name__} into a cursor")
 
 
@@ -146,7 +151,10 @@ def _decode_value(item: list[Any]) -> Any:
         "i": int,
         "f": float,
         "s": str,
+        "e": EnumName,
         "d": dt.date.fromisoformat,
+        "h": dt.time.fromisoformat,
+        "r": lambda r: dt.timedelta(days=r[0], seconds=r[1], microseconds=r[2]),
         "m": Decimal,
         "u": uuid.UUID,
         "y": base64.b64decode,
