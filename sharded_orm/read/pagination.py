@@ -98,6 +98,12 @@ def _key() -> bytes:
 def _encode_value(v: Any) -> list[Any]:
     if v is None:
         return ["n", None]
+    # an Enum member (str and int Enums too) and a name read back from a cursor (a str)
+    # are bound again as the column's member (``EnumName``), wherever the value goes next
+    if isinstance(v, EnumName):
+        return ["e", str(v)]
+    if isinstance(v, enum.Enum):
+        return ["e", v.name]
     if isinstance(v, bool):
         return ["b", v]
     if isinstance(v, int):
@@ -121,8 +127,6 @@ def _encode_value(v: Any) -> list[Any]:
         return ["u", str(v)]
     if isinstance(v, bytes):
         return ["y", base64.b64encode(v).decode()]
-    if isinstance(v, enum.Enum):  # bound again as the column's member (``EnumName``)
-        return ["e", v.name]
     raise CursorError(f"cannot put a {type(v).__name__} into a cursor")
 
 
