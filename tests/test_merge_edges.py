@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from plans import PLANS, forced
+from plans import PLANS, forced, walk
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
 from sharded_orm import ShardConfigError, ShardedIndex, merged, page, shard_column, sharded_select
@@ -72,18 +72,6 @@ def db(engine: sa.Engine) -> sa.Engine:
             [{"ev_id": i, "tag": t} for i in range(0, 12, 2) for t in "abc"],
         )
     return engine
-
-
-def walk(conn: Any, stmt: Any, size: int) -> list[Any]:
-    out: list[Any] = []
-    cursor = None
-    for _ in range(100):
-        p = page(conn, stmt, size, cursor)
-        out += p.rows
-        cursor = p.next_cursor
-        if cursor is None:
-            return out
-    raise AssertionError("the walk did not end")
 
 
 def agrees(conn: Any, stmt: Any, truth: list[tuple[Any, ...]]) -> None:

@@ -17,11 +17,11 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from plans import PLANS, forced
+from plans import PLANS, forced, walk
 from sqlalchemy.orm import Session
 from test_merge_one_statement import T0, Wide  # 64 shards, newest first
 
-from sharded_orm import MergeStats, get_shard_column, merged, page, sharded_select
+from sharded_orm import MergeStats, get_shard_column, merged, sharded_select
 
 
 def ids_in(shards: set[int], count: int) -> list[int]:
@@ -82,14 +82,7 @@ def test_fewer_keys_than_k_bound_nothing(engine: sa.Engine, name: str) -> None:
                         assert stats.statements <= 2
                         entities = merged(Session(bind=c), stmt, k)
                         assert [e.id for e in entities] == truth[:k], (plan, k)
-                    walked: list[int] = []
-                    cursor = None
-                    for _ in range(len(truth) + 2):
-                        p = page(c, stmt, 30, cursor)
-                        walked += [r.id for r in p.rows]
-                        cursor = p.next_cursor
-                        if cursor is None:
-                            break
+                    walked = [r.id for r in walk(c, stmt, 30, len(truth) + 2)]
                     assert walked == truth, plan
     finally:
         t.drop(engine)

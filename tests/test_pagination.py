@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from plans import walk
 from seed_models import LogEntry, Sharded
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
@@ -219,17 +220,6 @@ def test_secret_from_the_environment_signs_across_processes(
 
 
 # ----------------------------------------------------------------------------- shapes
-
-
-def walk(conn: Any, stmt: Any, size: int) -> list[Any]:
-    out, cursor = [], None
-    while True:
-        p = page(conn, stmt, size, cursor)
-        assert p.stats.statements <= 2
-        out += p.rows
-        if p.next_cursor is None:
-            return out
-        cursor = p.next_cursor
 
 
 def test_offset_and_limit_of_the_statement(conn: sa.Connection) -> None:
