@@ -50,6 +50,10 @@ STREAMING_METHODS = frozenset({"ExecuteStreamingSql", "StreamingRead", "BatchWri
 _RESUMABLE = {"ExecuteStreamingSql": "ExecuteSqlRequest", "StreamingRead": "ReadRequest"}
 #: A resume token of the proxy's: this, then how many messages the stream had sent.
 _TOKEN = b"sharded-orm-proxy:"
+#: Ports earlier proxies of this process listened on. gRPC shares its connections
+#: (subchannels) across the process: a channel to a port whose proxy stopped backs off
+#: for up to two minutes, and a new proxy on that port would be refused until then.
+_PORTS_USED: set[int] = set()
 #: Request headers not forwarded (set by the channel itself).
 _HOP_HEADERS = ("user-agent", "grpc-", ":")
 
@@ -101,17 +105,26 @@ class FaultProxy:
         return self._server is not None
 
     def come_back(self) -> None:
-        """Open the listener (again, on the same port)."""
+        """Open the listener (again, on the same port; a new proxy's port is one no
+        earlier proxy of this process had)."""
         if self._server is not None:
             return
         from concurrent.futures import ThreadPoolExecutor
 
-        server = self._grpc.server(
-            ThreadPoolExecutor(max_workers=self._workers), handlers=[_Handler(self)]
-        )
-        bound = server.add_insecure_port(f"127.0.0.1:{self.port}")
-        if not bound:
-            raise OSError(f"the fault proxy cannot listen on 127.0.0.1:{self.port}")
+        held = []  # ports an earlier proxy had, kept bound until a new one is found
+        for _ in range(50):
+            server = self._grpc.server(
+                ThreadPoolExecutor(max_workers=self._workers), handlers=[_Handler(self)]
+            )
+            bound = server.add_insecure_port(f"127.0.0.1:{self.port}")
+            if not bound:
+                raise OSError(f"the fault proxy cannot listen on 127.0.0.1:{self.port}")
+            if self.port or bound not in _PORTS_USED:
+                break
+            held.append(server)
+        for other in held:
+            other.stop(grace=0)
+        _PORTS_USED.add(bound)
         self.port = bound
         server.start()
         self._server = server
