@@ -43,3 +43,12 @@ def beam_db(spanner_emulator: Any) -> Iterator[tuple[Any, dict[str, str]]]:
         yield engine, ids
     finally:
         engine.dispose()
+
+
+@pytest.fixture
+def otel() -> Iterator[Any]:
+    """In-memory OpenTelemetry providers the library records through (otel_fixtures)."""
+    from otel_fixtures import recording
+
+    with recording() as recorded:
+        yield recorded

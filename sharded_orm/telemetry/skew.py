@@ -1,0 +1,183 @@
+"""Write skew per shard column, measured as rows are written, before Spanner sees it.
+
+For each shard column the library counts the rows it writes per shard over a sliding
+window (``SKEW_WINDOW`` seconds, in ``SKEW_BUCKETS`` steps). The skew is the busiest shard's
+rows over the mean (rows in the window / the column's shard count): 1.0 is an even spread,
+``count`` means every row went to one shard. Exported, when a meter provider is configured,
+as the gauge ``sharded_orm.shard.skew`` beside ``sharded_orm.shard.window_rows`` and the
+counter ``sharded_orm.shard.rows_written``; read in Python with :func:`write_skew`.
+
+Counting costs one ``Counter.update`` per statement (per flush batch), and only while a
+meter provider is configured (or :func:`track` was called): with none, nothing is kept.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from sharded_orm.checks import check_seconds
+from sharded_orm.telemetry import api
+
+#: seconds of writes the skew looks back over, and the steps the window moves by
+SKEW_WINDOW = 60.0
+SKEW_BUCKETS = 6
+
+
+@dataclass(frozen=True)
+class SkewFigure:
+    """One shard column's writes over the window."""
+
+    table: str
+    column: str
+    shards: int  # the column's shard count
+    rows: int  # rows written in the window
+    busiest: int  # rows of the busiest shard
+    busiest_shard: int | None
+    skew: float  # busiest / (rows / shards); 0.0 with no rows
+
+
+class _Window:
+    __slots__ = ("shards", "buckets", "starts", "lock")
+
+    def __init__(self, shards: int) -> None:
+        self.shards = shards
+        self.buckets: list[Counter[int]] = [Counter() for _ in range(SKEW_BUCKETS)]
+        self.starts = [0.0] * SKEW_BUCKETS
+        self.lock = threading.Lock()
+
+    def _bucket(self, now: float) -> Counter[int]:
+        step = SKEW_WINDOW / SKEW_BUCKETS
+        slot = int(now // step)
+        i = slot % SKEW_BUCKETS
+        if self.starts[i] != slot:
+            self.starts[i] = slot
+            self.buckets[i] = Counter()
+        return self.buckets[i]
+
+    def add(self, shards: Iterable[int], now: float) -> None:
+        with self.lock:
+            self._bucket(now).update(shards)
+
+    def totals(self, now: float) -> Counter[int]:
+        step = SKEW_WINDOW / SKEW_BUCKETS
+        oldest = int(now // step) - SKEW_BUCKETS + 1
+        out: Counter[int] = Counter()
+        with self.lock:
+            for start, bucket in zip(self.starts, self.buckets, strict=True):
+                if start >= oldest:
+                    out.update(bucket)
+        return out
+
+
+_windows: dict[tuple[str, str], _Window] = {}
+_windows_lock = threading.Lock()
+_tracking: dict[str, Any] = {"forced": False, "instruments": None}
+
+
+def track(on: bool = True) -> None:
+    """Count writes per shard even with no meter provider (for :func:`write_skew`)."""
+    _tracking["forced"] = bool(on)
+
+
+def configure_window(seconds: float, buckets: int = SKEW_BUCKETS) -> None:
+    """Change the sliding window (clears what was counted)."""
+    global SKEW_WINDOW, SKEW_BUCKETS
+    seconds = check_seconds(seconds, "skew window")
+    if not isinstance(buckets, int) or isinstance(buckets, bool) or not 1 <= buckets <= 600:
+        from sharded_orm.errors import ShardConfigError
+
+        raise ShardConfigError(f"skew window buckets must be an int in 1..600, got {buckets!r}")
+    with _windows_lock:
+        SKEW_WINDOW, SKEW_BUCKETS = seconds, buckets
+        _windows.clear()
+
+
+def _instruments(meter: Any) -> Any:
+    made = _tracking["instruments"]
+    if made is None or made[0] is not meter:
+        counter = meter.create_counter(
+            "sharded_orm.shard.rows_written",
+            unit="{row}",
+            description="Rows written to a sharded table, per shard column.",
+        )
+        meter.create_observable_gauge(
+            "sharded_orm.shard.skew",
+            callbacks=[_observe_skew],
+            unit="1",
+            description="Busiest shard's rows over the mean, over the sliding window.",
+        )
+        meter.create_observable_gauge(
+            "sharded_orm.shard.window_rows",
+            callbacks=[_observe_rows],
+            unit="{row}",
+            description="Rows written in the sliding window the skew is computed over.",
+        )
+        made = (meter, counter)
+        _tracking["instruments"] = made
+    return made[1]
+
+
+def rows_written(table: str, column: str, shard_count: int, shards: Iterable[int]) -> None:
+    """Count rows written to ``table`` with these values of shard column ``column``."""
+    meter = api.meter()
+    if meter is None and not _tracking["forced"]:
+        return
+    key = (table, column)
+    window = _windows.get(key)
+    if window is None or window.shards != shard_count:
+        with _windows_lock:
+            window = _windows.get(key)
+            if window is None or window.shards != shard_count:
+                window = _windows[key] = _Window(shard_count)
+    values = shards if isinstance(shards, (list, tuple)) else list(shards)
+    window.add(values, time.monotonic())
+    if meter is not None:
+        _instruments(meter).add(
+            len(values), {"db.collection.name": table, "sharded_orm.shard.column": column}
+        )
+
+
+def write_skew() -> list[SkewFigure]:
+    """Each tracked shard column's writes over the window, busiest skew first."""
+    now = time.monotonic()
+    with _windows_lock:
+        windows = list(_windows.items())
+    out = []
+    for (table, column), window in windows:
+        totals = window.totals(now)
+        rows = sum(totals.values())
+        if totals:
+            shard, busiest = max(totals.items(), key=lambda kv: (kv[1], -kv[0]))
+        else:
+            shard, busiest = None, 0
+        skew = busiest * window.shards / rows if rows else 0.0
+        out.append(SkewFigure(table, column, window.shards, rows, busiest, shard, skew))
+    return sorted(out, key=lambda f: -f.skew)
+
+
+def _observations(value: Any) -> list[Any]:
+    from opentelemetry.metrics import Observation
+
+    return [
+        Observation(value(f), {"db.collection.name": f.table, "sharded_orm.shard.column": f.column})
+        for f in write_skew()
+    ]
+
+
+def _observe_skew(options: Any) -> list[Any]:
+    return _observations(lambda f: f.skew)
+
+
+def _observe_rows(options: Any) -> list[Any]:
+    return _observations(lambda f: f.rows)
+
+
+def reset() -> None:
+    """Forget every window (tests)."""
+    with _windows_lock:
+        _windows.clear()

@@ -1,0 +1,233 @@
+"""One span and one duration measurement per library operation.
+
+Spans are database client spans as OpenTelemetry's stable database conventions name them:
+``{db.operation.name} {db.collection.name}`` (``merged Events``), kind CLIENT, with
+``db.system.name``, ``db.namespace``, ``db.collection.name``, ``db.operation.name`` and, when
+the operation failed, ``error.type``; what the library knows beyond that goes under
+``sharded_orm.*``. The statements an operation sends are the Spanner client's (or the
+driver instrumentation's) spans, children of ours. Each operation also records
+``db.client.operation.duration`` (seconds; a batch operation is one operation, as the
+conventions say).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager
+from typing import Any
+
+from sharded_orm.telemetry import api
+
+#: the explicit bucket boundaries the conventions advise for db.client.operation.duration
+DURATION_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0)
+NAMESPACE = "sharded_orm."
+#: at most one progress event per this many seconds on a long operation's span
+PROGRESS_EVENT_SECONDS = 5.0
+
+_SYSTEMS = {
+    "spanner": "gcp.spanner",
+    "sqlite": "sqlite",
+    "postgresql": "postgresql",
+    "mysql": "mysql",
+    "mariadb": "mariadb",
+    "mssql": "microsoft.sql_server",
+    "oracle": "oracle.db",
+    "cockroachdb": "cockroachdb",
+}
+
+_instruments: dict[int, Any] = {}
+
+
+def _dialect_and_url(bind: Any) -> tuple[Any, Any]:
+    """The dialect and URL behind a Connection, Engine or Session (async ones too)."""
+    for attr in ("sync_session", "sync_connection", "sync_engine"):
+        bind = getattr(bind, attr, None) or bind
+    if hasattr(bind, "get_bind") and not hasattr(bind, "dialect"):
+        try:
+            bind = bind.get_bind()
+        except Exception:  # a Session bound per mapper, none given: no database attributes
+            return None, None
+    engine = getattr(bind, "engine", bind)
+    return getattr(bind, "dialect", None), getattr(engine, "url", None)
+
+
+def _namespace(system: str, url: Any) -> str | None:
+    database = getattr(url, "database", None)
+    if not database:
+        return None
+    if system == "gcp.spanner":
+        # projects/P/instances/I/databases/D -> I|D (most general first, '|' between)
+        parts = str(database).split("/")
+        named = dict(zip(parts[::2], parts[1::2], strict=False))
+        found = [named[k] for k in ("instances", "databases") if k in named]
+        return "|".join(found) or None
+    return str(database)
+
+
+def database_attributes(bind: Any, operation: str, table: str | None) -> dict[str, Any]:
+    """The conventions' attributes of an operation on ``table`` through ``bind``."""
+    attrs: dict[str, Any] = {"db.operation.name": operation}
+    dialect, url = _dialect_and_url(bind)
+    name = str(getattr(dialect, "name", "") or "")
+    if dialect is not None:
+        system = _SYSTEMS.get(name.split("+")[0], "other_sql")
+        attrs["db.system.name"] = system
+        namespace = _namespace(system, url)
+        if namespace:
+            attrs["db.namespace"] = namespace
+        host = getattr(url, "host", None)
+        if host:
+            attrs["server.address"] = str(host)
+            if getattr(url, "port", None):
+                attrs["server.port"] = int(url.port)
+    if table:
+        attrs["db.collection.name"] = table
+    return attrs
+
+
+def _attribute(value: Any) -> Any:
+    """A value OpenTelemetry accepts as an attribute (str, bool, int, float or a list)."""
+    if isinstance(value, (str, bool, int, float)):
+        return value
+    if isinstance(value, (list, tuple)):
+        kinds = {type(v) for v in value}
+        if len(kinds) == 1 and kinds <= {str, bool, int, float}:
+            return list(value)
+        return [str(v) for v in value]  # OpenTelemetry takes sequences of one type only
+    return str(value)
+
+
+class Operation:
+    """The span of one operation: ``set`` figures as they become known."""
+
+    __slots__ = ("_span", "_last_event")
+
+    def __init__(self, span: Any) -> None:
+        self._span = span
+        self._last_event = 0.0
+
+    @property
+    def recording(self) -> bool:
+        return self._span is not None
+
+    def set(self, **figures: Any) -> None:
+        """Set ``sharded_orm.<name>`` attributes (``None`` values are left out)."""
+        if self._span is None:
+            return
+        self._span.set_attributes(
+            {NAMESPACE + k: _attribute(v) for k, v in figures.items() if v is not None}
+        )
+
+    def set_all(self, figures: Mapping[str, Any]) -> None:
+        self.set(**figures)
+
+    def progress(self, **figures: Any) -> None:
+        """A long operation's progress: the attributes now, an event at most every
+        ``PROGRESS_EVENT_SECONDS`` (so a trace shows how it went, not every batch)."""
+        if self._span is None:
+            return
+        self.set(**figures)
+        now = time.monotonic()
+        if now - self._last_event >= PROGRESS_EVENT_SECONDS:
+            self._last_event = now
+            self._span.add_event(
+                "progress",
+                {NAMESPACE + k: _attribute(v) for k, v in figures.items() if v is not None},
+            )
+
+
+def _duration_histogram(meter: Any) -> Any:
+    made = _instruments.get(id(meter))
+    if made is None or made[0] is not meter:
+        histogram = meter.create_histogram(
+            "db.client.operation.duration",
+            unit="s",
+            description="Duration of database client operations.",
+            explicit_bucket_boundaries_advisory=list(DURATION_BUCKETS),
+        )
+        made = (meter, histogram)
+        _instruments[id(meter)] = made
+    return made[1]
+
+
+_METRIC_KEYS = (
+    "db.system.name",
+    "db.namespace",
+    "db.collection.name",
+    "db.operation.name",
+    "server.address",
+    "server.port",
+)
+
+
+class _Idle(Operation):
+    """What an operation gets when nothing records: a context manager that does nothing."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> Operation:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+_IDLE = _Idle(None)
+
+
+def operation(
+    name: str, bind: Any = None, table: str | None = None, **figures: Any
+) -> AbstractContextManager[Operation]:
+    """A span named ``{name} {table}`` under the caller's current span, and its duration.
+
+    With no SDK configured this returns an idle context manager and records nothing.
+    """
+    tracer = api.tracer()
+    meter = api.meter()
+    if tracer is None and meter is None:
+        return _IDLE
+    return _recorded(tracer, meter, name, bind, table, figures)
+
+
+@contextmanager
+def _recorded(
+    tracer: Any, meter: Any, name: str, bind: Any, table: str | None, figures: dict[str, Any]
+) -> Iterator[Operation]:
+    attrs = database_attributes(bind, name, table)
+    start = time.perf_counter()
+    error: str | None = None
+    try:
+        if tracer is None:
+            yield _IDLE
+            return
+        trace = api.trace_module()
+        with tracer.start_as_current_span(
+            f"{name} {table}" if table else name,
+            kind=trace.SpanKind.CLIENT,
+            attributes=attrs,
+        ) as span:
+            op = Operation(span)
+            op.set(**figures)
+            try:
+                yield op
+            except BaseException as e:
+                error = _error_type(e)
+                span.set_attribute("error.type", error)
+                raise
+    except BaseException as e:
+        error = error or _error_type(e)
+        raise
+    finally:
+        if meter is not None:
+            metric_attrs = {k: attrs[k] for k in _METRIC_KEYS if k in attrs}
+            if error is not None:
+                metric_attrs["error.type"] = error
+            _duration_histogram(meter).record(time.perf_counter() - start, metric_attrs)
+
+
+def _error_type(e: BaseException) -> str:
+    cls = type(e)
+    return (
+        cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
+    )
