@@ -33,10 +33,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
+from sharded_orm import telemetry
 from sharded_orm.checks import check_identifier, check_positive_int
 from sharded_orm.errors import ShardConfigError, ShardTypeError
 from sharded_orm.hashing import FARM_FINGERPRINT, shard_function, validate_algorithm
@@ -108,6 +110,18 @@ class BackfillIncomplete(ShardConfigError):
     """Rows are still unfilled where the step needs none (a contract, an external fill)."""
 
 
+def _backfill_target(bind: Any, table: str, *args: Any, **kwargs: Any) -> tuple[Any, str]:
+    return bind, table
+
+
+def _backfill_figures(result: BackfillResult) -> dict[str, Any]:
+    return {
+        "shard_column": result.column, "rows_done": result.rows, "batches": result.batches,
+        "engine": result.method, "rows_read": result.verified, "rows_fixed": result.fixed,
+    }  # fmt: skip
+
+
+@telemetry.traced("backfill", _backfill_target, _backfill_figures)
 def backfill_shard(
     bind: Engine | Connection,
     table: str,

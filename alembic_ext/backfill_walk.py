@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from sharded_orm import telemetry
 from sharded_orm.progress import Mode
 from sharded_orm.progress import progress as progress_bar
 from sharded_orm.retry import Deadline, retry_call
@@ -162,6 +163,10 @@ class Walk:
         self._filled = self._stale = 0
         self.batches += 1
         bar.advance(len(rows))
+        telemetry.progress(
+            rows_done=self.done, rows_read=self.verified, rows_fixed=self.fixed,
+            batches=self.batches, resume_position=[rows[-1][i] for i in self.key_at],
+        )  # fmt: skip
         if self.callback is not None:
             self.callback(
                 BackfillProgress(

@@ -30,6 +30,7 @@ from typing import Any
 import sqlalchemy as sa
 from alembic.operations import MigrateOperation, Operations
 
+from sharded_orm import telemetry
 from sharded_orm.checks import check_identifier
 from sharded_orm.errors import ShardConfigError
 
@@ -227,7 +228,14 @@ def _offline_copy(operations: Operations, op: CopyTableRowsOp) -> None:
     out(missing_rows_check_sql(src, target, message) + ctx.impl.command_terminator)
 
 
+def _step(operations: Operations, op: Any) -> tuple[Any, str]:
+    """A reshard step's database and the table it writes (for its span)."""
+    copy = getattr(op, "copy", op)
+    return operations.migration_context.connection, copy.target
+
+
 @Operations.implementation_for(CopyTableRowsOp)
+@telemetry.traced("reshard.copy", _step)
 def _run_copy(operations: Operations, op: CopyTableRowsOp) -> None:
     if operations.migration_context.as_sql:
         _offline_copy(operations, op)
@@ -260,6 +268,7 @@ def _check_external(operations: Operations, op: CopyTableRowsOp) -> None:
 
 
 @Operations.implementation_for(RetireTableOp)
+@telemetry.traced("reshard.retire", _step)
 def _run_retire(operations: Operations, op: RetireTableOp) -> None:
     from sharded_orm.load.copy import compare_tables
     from sharded_orm.load.verify import verify
@@ -310,6 +319,7 @@ def _run_retire(operations: Operations, op: RetireTableOp) -> None:
 
 
 @Operations.implementation_for(VerifyTablesOp)
+@telemetry.traced("reshard.verify", _step)
 def _run_verify(operations: Operations, op: VerifyTablesOp) -> None:
     from sharded_orm.load.copy import compare_tables
 

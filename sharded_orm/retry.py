@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from sharded_orm.errors import ShardConfigError, ShardingError, ShardTypeError
+from sharded_orm.telemetry.spans import retried
 
 T = TypeVar("T")
 
@@ -358,6 +359,7 @@ def retry_call(
             ) from last
         if on_retry is not None:
             on_retry(last, outcome)
+        retried(last, attempt, wait)
         time.sleep(wait)
 
 

@@ -44,6 +44,7 @@ from sharded_orm.retry import (
     retry_call,
 )
 from sharded_orm.spanner import is_spanner
+from sharded_orm.telemetry import operation
 
 #: The largest block one reservation may take: the pool holds it in memory (about 36
 #: bytes a value), and Spanner's GENERATE_ARRAY returns at most this many elements.
@@ -153,15 +154,20 @@ class _Pooled:
             )
         try:
             if not self._pool:
-                block = retry_call(
-                    self._reserve,
-                    self.policy,
-                    what=f"reserving a block of {self.block_size} values for {self!r}",
-                    idempotent=True,  # a block reserved twice is a gap, never a duplicate
-                    resume="No value of a failed block is handed out; call next_id() again.",
-                    deadline=clock,
-                    on_retry=self._count_retry,
-                )
+                retries = self.retries
+                with operation(
+                    "sequence.refill", self.engine, None, sequence=getattr(self, "name", None)
+                ) as traced:
+                    block = retry_call(
+                        self._reserve,
+                        self.policy,
+                        what=f"reserving a block of {self.block_size} values for {self!r}",
+                        idempotent=True,  # a block reserved twice is a gap, never a duplicate
+                        resume="No value of a failed block is handed out; call next_id() again.",
+                        deadline=clock,
+                        on_retry=self._count_retry,
+                    )
+                    traced.set(block_size=len(block), retries=self.retries - retries)
                 self._pool.extend(block)
                 self.reservations += 1
             return self._pool.popleft()

@@ -39,6 +39,7 @@ from sharded_orm.progress import progress
 from sharded_orm.retry import Deadline, RetryPolicy, retry_call
 from sharded_orm.schema.columns import shard_columns, table_of
 from sharded_orm.schema.keys import is_descending
+from sharded_orm.telemetry import operation
 from sharded_orm.write.successor import plan
 
 __all__ = [
@@ -208,7 +209,10 @@ def copy_table(
     rows = batches = 0
     raw = RawSpanner(database_of(bind), per_thread=False)
     try:
-        with progress(None, f"copy {src.name} -> {dst.name}", mode=progress_mode) as bar:
+        with (
+            progress(None, f"copy {src.name} -> {dst.name}", mode=progress_mode) as bar,
+            operation("copy", bind, dst.name, source=src.name, resumed=resumed) as traced,
+        ):
             while last:
                 found = retry_call(
                     functools.partial(read_batch, after, last[0]), policy,
@@ -241,11 +245,13 @@ def copy_table(
                 rows += len(found)
                 batches += 1
                 bar.advance(len(found))
+                traced.progress(rows_done=rows, batches=batches, resume_position=after)
                 if on_batch is not None:
                     on_batch(CopyProgress(rows, batches, tuple(after)))
                 if len(found) < batch_size:
                     break
-        pruned = prune_target(bind, src, dst, call_timeout=call_timeout) if prune else 0
+            pruned = prune_target(bind, src, dst, call_timeout=call_timeout) if prune else 0
+            traced.set(rows_done=rows, batches=batches, rows_pruned=pruned)
         if cursor_table is not None:  # a complete walk: the next run walks it all again
             t = sa.table(cursor_table, *[sa.column(c) for c in CURSOR_COLUMNS])
             done = sa.delete(t).where(t.c.Source == src.name, t.c.Target == dst.name)

@@ -30,6 +30,7 @@ from sharded_orm.progress import progress
 from sharded_orm.schema.columns import ShardColumn, shard_columns, table_of
 from sharded_orm.spanner import is_spanner
 from sharded_orm.spanner.expressions import shard_sql
+from sharded_orm.telemetry import traced
 
 __all__ = ["VerifyReport", "connect", "mismatch_sql", "quote", "verify"]
 
@@ -179,6 +180,15 @@ def _server_counts(bind: Any, table: sa.Table, shards: Sequence[ShardColumn]) ->
     return [int(v or 0) for v in row]
 
 
+def _verify_target(bind: Any, model_or_table: Any, *args: Any, **kw: Any) -> tuple[Any, str]:
+    return bind, table_of(model_or_table).name
+
+
+def _verify_figures(report: VerifyReport) -> dict[str, Any]:
+    return {"rows_checked": report.rows_checked, "rows_mismatched": sum(report.mismatched.values())}
+
+
+@traced("verify", _verify_target, _verify_figures)
 def verify(
     bind: Any, model_or_table: Any, *, progress_mode: Any = "auto", workers: int = 4,
     partition_timeout: float = 3600.0,

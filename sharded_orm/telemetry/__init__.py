@@ -19,7 +19,7 @@ from sharded_orm.telemetry.skew import (
     track,
     write_skew,
 )
-from sharded_orm.telemetry.spans import Operation, database_attributes, operation
+from sharded_orm.telemetry.spans import Operation, database_attributes, operation, progress, traced
 
 __all__ = [
     "Operation",
@@ -28,7 +28,9 @@ __all__ = [
     "configure_window",
     "database_attributes",
     "operation",
+    "progress",
     "rows_written",
     "track",
+    "traced",
     "write_skew",
 ]

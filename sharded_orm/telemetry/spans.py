@@ -12,10 +12,12 @@ conventions say).
 
 from __future__ import annotations
 
+import functools
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
-from typing import Any
+from contextvars import ContextVar
+from typing import Any, ParamSpec, TypeVar
 
 from sharded_orm.telemetry import api
 
@@ -101,11 +103,12 @@ def _attribute(value: Any) -> Any:
 class Operation:
     """The span of one operation: ``set`` figures as they become known."""
 
-    __slots__ = ("_span", "_last_event")
+    __slots__ = ("_span", "_last_event", "retries")
 
     def __init__(self, span: Any) -> None:
         self._span = span
         self._last_event = 0.0
+        self.retries = 0
 
     @property
     def recording(self) -> bool:
@@ -174,6 +177,33 @@ class _Idle(Operation):
 
 
 _IDLE = _Idle(None)
+_current: ContextVar[Operation | None] = ContextVar("sharded_orm_operation", default=None)
+
+
+def retried(error: BaseException, attempt: int, wait: float) -> None:
+    """A retry inside the operation being recorded: counted in ``sharded_orm.retries``,
+    and an event with the error that caused it."""
+    op = _current.get()
+    if op is None or op._span is None:
+        return
+    op.retries += 1
+    op._span.set_attribute(NAMESPACE + "retries", op.retries)
+    op._span.add_event(
+        "retry",
+        {
+            "error.type": _error_type(error),
+            NAMESPACE + "attempt": attempt,
+            NAMESPACE + "wait_seconds": round(wait, 3),
+        },
+    )
+
+
+def progress(**figures: Any) -> None:
+    """Report progress to the operation being recorded in this context, if any (a long
+    job's walk calls this after each batch without being handed the operation)."""
+    op = _current.get()
+    if op is not None:
+        op.progress(**figures)
 
 
 def operation(
@@ -209,12 +239,15 @@ def _recorded(
         ) as span:
             op = Operation(span)
             op.set(**figures)
+            token = _current.set(op)
             try:
                 yield op
             except BaseException as e:
                 error = _error_type(e)
                 span.set_attribute("error.type", error)
                 raise
+            finally:
+                _current.reset(token)
     except BaseException as e:
         error = error or _error_type(e)
         raise
@@ -231,3 +264,39 @@ def _error_type(e: BaseException) -> str:
     return (
         cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
     )
+
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def traced(
+    name: str,
+    target: Callable[..., tuple[Any, str | None]],
+    figures: Callable[[Any], Mapping[str, Any]] | None = None,
+) -> Callable[[Callable[P, R]], Callable[P, R]]:
+    """Make each call of the decorated function an :func:`operation`.
+
+    ``target`` takes the function's arguments and gives ``(bind, table name)``; ``figures``
+    takes its result and gives the ``sharded_orm.*`` figures to record. With nothing
+    recording, the function is called as is.
+    """
+
+    def wrap(fn: Callable[P, R]) -> Callable[P, R]:
+        @functools.wraps(fn)
+        def call(*args: P.args, **kwargs: P.kwargs) -> R:
+            if api.tracer() is None and api.meter() is None:
+                return fn(*args, **kwargs)
+            try:
+                bind, table = target(*args, **kwargs)
+            except Exception:  # arguments the function itself refuses, with its own error
+                bind, table = None, None
+            with operation(name, bind, table) as op:
+                result = fn(*args, **kwargs)
+                if figures is not None:
+                    op.set_all(figures(result))
+                return result
+
+        return call
+
+    return wrap

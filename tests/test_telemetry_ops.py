@@ -1,0 +1,154 @@
+"""Each long operation of the library is one span with its figures (the SDK's in-memory
+exporters): pooled sequence refills, verify, backfill (with progress and retries), the key
+reshard's copy; on SQLite and the emulator."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from otel_fixtures import Recorded
+from reshard_models import events
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
+
+from alembic_ext import backfill_shard
+from sharded_orm import (
+    ShardingWarning,
+    TableSequence,
+    UTCDateTime,
+    compute_shard,
+    shard_column,
+    verify,
+)
+from sharded_orm.retry import RetryPolicy, TransientError, retry_call
+from sharded_orm.telemetry import operation
+
+T0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class Reading(Base):
+    __tablename__ = "Readings"
+    sensor: Mapped[str] = mapped_column("Sensor", sa.String(20), primary_key=True)
+    ts: Mapped[dt.datetime] = mapped_column("Ts", UTCDateTime, primary_key=True)
+    shard: Mapped[int] = shard_column("sensor", "ts", count=8, name="Shard")
+
+
+def _attrs(span: Any) -> dict[str, Any]:
+    return {k: (list(v) if isinstance(v, tuple) else v) for k, v in span.attributes.items()}
+
+
+def test_a_sequence_refill_is_a_span(otel: Recorded) -> None:
+    engine = sa.create_engine("sqlite://")
+    seq = TableSequence(engine, "tickets", block_size=3)
+    seq.create_table()
+    assert [seq.next_id() for _ in range(7)] == [1, 2, 3, 4, 5, 6, 7]
+    spans = otel.spans("sequence.refill")
+    assert len(spans) == 3  # 3 + 3 + 1 of the third block
+    assert [_attrs(s)["sharded_orm.block_size"] for s in spans] == [3, 3, 3]
+    assert _attrs(spans[0])["sharded_orm.sequence"] == "tickets"
+    assert _attrs(spans[0])["db.system.name"] == "sqlite"
+
+
+def test_verify_is_a_span_with_its_counts(otel: Recorded) -> None:
+    engine = sa.create_engine("sqlite://")
+    Base.metadata.create_all(engine)
+    with Session(engine) as s:
+        s.add_all(Reading(sensor=f"s{i}", ts=T0 + dt.timedelta(seconds=i)) for i in range(20))
+        s.commit()
+    with engine.begin() as c, pytest.warns(ShardingWarning):  # a shard that disagrees
+        c.execute(
+            sa.text('UPDATE "Readings" SET "Shard" = ("Shard" + 1) % 8 WHERE "Sensor" = \'s3\'')
+        )
+    report = verify(engine, Reading, progress_mode="off")
+    assert report.rows_checked == 20
+    span = otel.span("verify Readings")
+    assert _attrs(span)["sharded_orm.rows_checked"] == 20
+    assert _attrs(span)["sharded_orm.rows_mismatched"] == 1
+    (point,) = otel.points("db.client.operation.duration")
+    assert point.attributes["db.operation.name"] == "verify"
+
+
+def _unfilled(engine: sa.Engine, n: int) -> None:
+    with engine.begin() as c:
+        c.execute(
+            sa.text(
+                "CREATE TABLE Events (Id INTEGER PRIMARY KEY, CompanyId VARCHAR(10) NOT NULL, "
+                "N INTEGER NOT NULL, Shard16 INTEGER)"
+            )
+        )
+        c.execute(
+            sa.text("INSERT INTO Events (Id, CompanyId, N) VALUES (:i, :c, :n)"),
+            [{"i": i, "c": f"c{i % 5}", "n": i * 7} for i in range(n)],
+        )
+
+
+def test_a_backfill_is_a_span_with_its_progress(otel: Recorded) -> None:
+    engine = sa.create_engine("sqlite://")
+    _unfilled(engine, 250)
+    result = backfill_shard(
+        engine, "Events", "Shard16", sources=["CompanyId", "N"], count=16, batch_size=100,
+        progress=False,
+    )  # fmt: skip
+    assert result.rows == 250
+    span = otel.span("backfill Events")
+    attrs = _attrs(span)
+    assert attrs["sharded_orm.rows_done"] == 250
+    assert attrs["sharded_orm.engine"] == "client_batches"
+    assert attrs["sharded_orm.shard_column"] == "Shard16"
+    assert attrs["sharded_orm.batches"] == result.batches >= 2
+    assert attrs["sharded_orm.resume_position"] == [249]  # where the walk last stood
+    (event,) = [e for e in span.events if e.name == "progress"]  # one per 5 s at most
+    assert event.attributes["sharded_orm.rows_done"] == 100
+    with engine.connect() as c:
+        stored = c.execute(sa.text("SELECT CompanyId, N, Shard16 FROM Events")).all()
+    assert all(shard == compute_shard((cid, n), 16) for cid, n, shard in stored)
+
+
+def test_retries_inside_an_operation_are_counted(otel: Recorded) -> None:
+    calls = []
+
+    def flaky(timeout: float) -> str:
+        calls.append(timeout)
+        if len(calls) < 3:
+            raise TransientError("try again")
+        return "done"
+
+    policy = RetryPolicy(attempts=5, base_delay=0.001, max_delay=0.002, deadline=10)
+    with operation("bulk_load", None, "Events"):
+        assert retry_call(flaky, policy, what="a batch") == "done"
+    span = otel.span("bulk_load Events")
+    assert span.attributes["sharded_orm.retries"] == 2
+    retries = [e for e in span.events if e.name == "retry"]
+    assert [e.attributes["sharded_orm.attempt"] for e in retries] == [1, 2]
+    assert retries[0].attributes["error.type"] == "sharded_orm.retry.TransientError"
+
+
+@pytest.mark.emulator
+def test_the_reshard_copy_is_a_span(spanner_engine: sa.Engine, otel: Recorded) -> None:
+    from sharded_orm.load.copy import copy_table
+
+    metadata = events("both")
+    old, new = metadata.info["models"]["Event"], metadata.info["models"]["Event16"]
+    metadata.create_all(spanner_engine)
+    with Session(spanner_engine) as s:
+        s.add_all(old(timestamp=T0 + dt.timedelta(seconds=i), event_id=f"e{i}", kind="k")
+                  for i in range(30))  # fmt: skip
+        s.commit()
+    result = copy_table(spanner_engine, old, new, batch_size=20, progress_mode="off")
+    assert result.rows == 30
+    span = otel.span(f"copy {new.__table__.name}")
+    attrs = _attrs(span)
+    assert attrs["db.system.name"] == "gcp.spanner"
+    assert attrs["db.namespace"].startswith(attrs["db.namespace"].split("|")[0] + "|")
+    assert (attrs["sharded_orm.rows_done"], attrs["sharded_orm.batches"]) == (30, 2)
+    assert attrs["sharded_orm.source"] == old.__table__.name
+    assert attrs["sharded_orm.resumed"] is False
+    report = verify(spanner_engine, new, progress_mode="off")
+    assert report.ok
+    assert otel.span(f"verify {new.__table__.name}").attributes["sharded_orm.rows_checked"] == 30
