@@ -78,7 +78,9 @@ def is_seconds(value: object) -> TypeGuard[int | float]:
 def check_seconds(value: object, what: str) -> float:
     """A duration the caller gave: seconds, a number (not a bool) above 0 and finite."""
     if not is_seconds(value):
-        raise ShardConfigError(f"{what} must be a positive number of seconds, got {value!r}")
+        raise ShardConfigError(
+            f"{what} must be a positive number of seconds (below {MAX_SECONDS:g}), got {value!r}"
+        )
     return float(value)
 
 

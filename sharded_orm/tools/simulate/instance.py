@@ -32,6 +32,7 @@ from typing import Any
 from sqlalchemy import Column, Index, Table
 from sqlalchemy import types as sqltypes
 
+from sharded_orm.checks import check_seconds
 from sharded_orm.errors import ShardConfigError, ShardTypeError
 from sharded_orm.schema.coerce import base_type
 from sharded_orm.schema.keys import is_descending
@@ -42,6 +43,12 @@ GIB = 1 << 30
 INVERT = bytes(255 - i for i in range(256))
 #: a split at this CPU_USAGE_SCORE or above is reported by Spanner's split statistics
 WARM_SCORE = 50
+#: the most ticks a run takes (each a heatmap column and a pass over every split)
+MAX_TICKS = 20_000
+#: the most nodes, splits at the start, and heatmap rows per key space modelled
+MAX_NODES = 1_000
+MAX_SPLITS = 100_000
+MAX_BUCKETS = 1_000
 
 
 @dataclass(frozen=True)
@@ -70,13 +77,55 @@ class Instance:
         if self.nodes < 1:
             raise ShardConfigError(f"an instance needs at least 1 node, got nodes={self.nodes}")
         check_number("node_capacity", self.node_capacity)
-        check_number("tick", self.tick)
+        if isinstance(self.tick, bool) or not isinstance(self.tick, (int, float)):
+            raise ShardTypeError(f"tick must be a number of seconds, got {self.tick!r}")
+        check_seconds(self.tick, "tick")  # the library's one rule for durations
         check_number("initial_splits_per_node", self.initial_splits_per_node, integer=True)
         check_number("load_split_threshold", self.load_split_threshold)
         check_number("load_split_after", self.load_split_after, minimum=-1.0)
+        if self.load_split_after:
+            check_seconds(self.load_split_after, "load_split_after")
         check_number("split_size_bytes", self.split_size_bytes, integer=True)
         check_number("row_bytes", self.row_bytes, integer=True)
         check_number("heatmap_buckets", self.heatmap_buckets, integer=True)
+        for what, value, most in (
+            ("nodes", self.nodes, MAX_NODES),
+            ("nodes x initial_splits_per_node", self.nodes * self.initial_splits_per_node,
+             MAX_SPLITS),
+            ("heatmap_buckets", self.heatmap_buckets, MAX_BUCKETS),
+        ):  # fmt: skip
+            if value > most:
+                raise ShardConfigError(
+                    f"{what}={value:,} is more than the simulator models ({most:,})"
+                )
+        if self.node_capacity < 1:
+            raise ShardConfigError(
+                f"node_capacity must be at least 1 write/s, got {self.node_capacity!r}"
+            )
+        if self.row_bytes > self.split_size_bytes:
+            raise ShardConfigError(
+                f"row_bytes={self.row_bytes:,} is more than split_size_bytes="
+                f"{self.split_size_bytes:,}: every split would be cut at every tick"
+            )
+
+
+def check_ticks(workload: Any, instance: Instance) -> None:
+    """Refuse a run whose ticks cannot be simulated: a tick must hold at least one row (a
+    shorter one is counted as one row's time, so every split looks hot), and the run at
+    most ``MAX_TICKS`` ticks (each is a column of the heatmap, and a pass over the splits)."""
+    rate, tick = float(workload.rows_per_second), float(instance.tick)
+    if rate * tick < 1:
+        raise ShardConfigError(
+            f"tick={tick:g} s holds {rate * tick:.3g} rows at {rate:g} rows/s: a tick must "
+            f"hold at least one row; give tick >= {1 / rate:.3g} s"
+        )
+    ticks = max(workload.duration, workload.history_seconds) / tick
+    if ticks > MAX_TICKS:
+        longest = max(workload.duration, workload.history_seconds)
+        raise ShardConfigError(
+            f"{longest:g} s in ticks of {tick:g} s is {ticks:,.0f} ticks; the simulator "
+            f"takes at most {MAX_TICKS:,}: give tick >= {longest / MAX_TICKS:.3g} s"
+        )
 
 
 # --------------------------------------------------------------------------- keys
