@@ -12,7 +12,8 @@ from sqlalchemy import Table
 from sharded_orm.errors import ShardConfigError, ShardTypeError
 from sharded_orm.progress import Mode
 from sharded_orm.schema.columns import table_of
-from sharded_orm.tools.simulate.instance import Instance, check_ticks, spaces_of
+from sharded_orm.tools.simulate.instance import Instance, spaces_of
+from sharded_orm.tools.simulate.limits import check_ticks
 from sharded_orm.tools.simulate.results import Comparison
 from sharded_orm.tools.simulate.run import Run, key_columns, rows_at
 from sharded_orm.tools.simulate.workload import RowMaker, Workload

@@ -37,18 +37,13 @@ from sharded_orm.errors import ShardConfigError, ShardTypeError
 from sharded_orm.schema.coerce import base_type
 from sharded_orm.schema.keys import is_descending
 from sharded_orm.tools.lint import index_parts
+from sharded_orm.tools.simulate.limits import MAX_BUCKETS, MAX_NODES, MAX_SPLITS
 from sharded_orm.tools.simulate.workload import UTC, check_number
 
 GIB = 1 << 30
 INVERT = bytes(255 - i for i in range(256))
 #: a split at this CPU_USAGE_SCORE or above is reported by Spanner's split statistics
 WARM_SCORE = 50
-#: the most ticks a run takes (each a heatmap column and a pass over every split)
-MAX_TICKS = 20_000
-#: the most nodes, splits at the start, and heatmap rows per key space modelled
-MAX_NODES = 1_000
-MAX_SPLITS = 100_000
-MAX_BUCKETS = 1_000
 
 
 @dataclass(frozen=True)
@@ -107,25 +102,6 @@ class Instance:
                 f"row_bytes={self.row_bytes:,} is more than split_size_bytes="
                 f"{self.split_size_bytes:,}: every split would be cut at every tick"
             )
-
-
-def check_ticks(workload: Any, instance: Instance) -> None:
-    """Refuse a run whose ticks cannot be simulated: a tick must hold at least one row (a
-    shorter one is counted as one row's time, so every split looks hot), and the run at
-    most ``MAX_TICKS`` ticks (each is a column of the heatmap, and a pass over the splits)."""
-    rate, tick = float(workload.rows_per_second), float(instance.tick)
-    if rate * tick < 1:
-        raise ShardConfigError(
-            f"tick={tick:g} s holds {rate * tick:.3g} rows at {rate:g} rows/s: a tick must "
-            f"hold at least one row; give tick >= {1 / rate:.3g} s"
-        )
-    ticks = max(workload.duration, workload.history_seconds) / tick
-    if ticks > MAX_TICKS:
-        longest = max(workload.duration, workload.history_seconds)
-        raise ShardConfigError(
-            f"{longest:g} s in ticks of {tick:g} s is {ticks:,.0f} ticks; the simulator "
-            f"takes at most {MAX_TICKS:,}: give tick >= {longest / MAX_TICKS:.3g} s"
-        )
 
 
 # --------------------------------------------------------------------------- keys
