@@ -16,6 +16,8 @@ import pytest
 import sqlalchemy as sa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from sqlalchemy.dialects import registry
+from sqlalchemy.engine.default import DefaultDialect
 
 from sharded_orm.tools.cli import main
 
@@ -64,7 +66,41 @@ def json_error(code: int, out: str, err: str, command: str | None) -> dict[str, 
     return data["error"]  # type: ignore[no-any-return]
 
 
-UNREACHABLE = "postgresql+pg8000://user:hunter2@127.0.0.1:1/db"
+class _DBAPI:
+    """A driver that refuses every connection and, as some do (a DSN or ODBC string in the
+    message), echoes what it was given: the password included."""
+
+    paramstyle = "named"
+
+    class Error(Exception):
+        pass
+
+    class OperationalError(Error):
+        pass
+
+    Warning = InterfaceError = DatabaseError = InternalError = OperationalError
+    ProgrammingError = IntegrityError = DataError = NotSupportedError = OperationalError
+
+    @staticmethod
+    def connect(*args: Any, **kwargs: Any) -> Any:
+        raise _DBAPI.OperationalError(f"cannot connect with {kwargs}: connection refused")
+
+
+class EchoingDialect(DefaultDialect):
+    name = "echoing"
+    driver = "echo"
+    supports_statement_cache = True
+
+    @classmethod
+    def import_dbapi(cls) -> Any:
+        return _DBAPI
+
+    def create_connect_args(self, url: Any) -> Any:
+        return [], url.translate_connect_args()
+
+
+registry.register("echoing.echo", __name__, "EchoingDialect")
+UNREACHABLE = "echoing+echo://user:hunter2@127.0.0.1:1/db"
 
 #: (argv, command, type, words in the message): each must be an envelope under json
 JSON_ERRORS = {
@@ -79,7 +115,7 @@ JSON_ERRORS = {
     "bad port": (("verify", "postgresql://u:hunter2@h:port/db", "secret_models:Base"), "verify",
                  "ShardingError", ("not a database URL", "u:***@h")),
     "unreachable": (("verify", UNREACHABLE, "secret_models:Base"), "verify", "ShardingError",
-                    ("user:***@127.0.0.1",)),
+                    ("user:***@127.0.0.1", "'password': '***'", "connection refused")),
     "unreachable backfill": (("backfill", UNREACHABLE, "T", "C", "--sources", "A", "--count",
                               "4"), "backfill", "ShardingError", ("user:***@127.0.0.1",)),
     "missing sqlite": (("verify", "sqlite:///no_such_file.db", "secret_models:Base"), "verify",
@@ -129,14 +165,12 @@ ODD = st.text(
 def _urls(password: str) -> list[str]:
     """The URL as SQLAlchemy writes it (the password %-escaped), and as typed by hand where
     that still means this password (SQLAlchemy reads a password up to the first @)."""
-    urls = []
-    for driver in ("postgresql+pg8000", "mysql+pymysql"):
-        made = sa.engine.URL.create(
-            driver, username="user", password=password, host="127.0.0.1", port=1, database="db"
-        )
-        urls.append(made.render_as_string(hide_password=False))
-        if "@" not in password:
-            urls.append(f"{driver}://user:{password}@127.0.0.1:1/db")
+    made = sa.engine.URL.create(
+        "echoing+echo", username="user", password=password, host="127.0.0.1", database="db"
+    )
+    urls = [made.render_as_string(hide_password=False)]
+    if "@" not in password:
+        urls.append(f"echoing+echo://user:{password}@127.0.0.1:1/db")
     urls.append(f"postgresql://user:{password.replace('@', '%40')}@host:notaport/db")
     return urls
 
