@@ -30,7 +30,7 @@ from typing import Any
 import sqlalchemy as sa
 from alembic.operations import MigrateOperation, Operations
 
-from sharded_orm.checks import check_identifier
+from sharded_orm.checks import check_identifier, shown
 from sharded_orm.errors import ShardConfigError
 
 from .errors import MigrationError
@@ -66,7 +66,7 @@ class CopyTableRowsOp(MigrateOperation):
         if engine not in COPY_ENGINES:
             raise ShardConfigError(
                 f"copy_table_rows engine must be one of {', '.join(map(repr, COPY_ENGINES))}, "
-                f"got {engine!r}"
+                f"got {shown(engine)}"
             )
         self.engine = engine
         check_identifier(source, "table name")

@@ -25,7 +25,7 @@ from typing import Any
 import sqlalchemy as sa
 from alembic.operations import MigrateOperation, Operations, ops
 
-from sharded_orm.checks import check_identifier
+from sharded_orm.checks import check_identifier, shown
 from sharded_orm.errors import ShardConfigError
 from sharded_orm.hashing import shard_function
 
@@ -67,7 +67,7 @@ class BackfillShardOp(MigrateOperation):
         if engine not in ENGINES:
             raise ShardConfigError(
                 f"backfill_shard engine must be one of {', '.join(map(repr, ENGINES))}, "
-                f"got {engine!r}"
+                f"got {shown(engine)}"
             )
         self.table_name = table_name
         self.column_name = column_name

@@ -34,7 +34,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from sharded_orm.checks import check_positive_int
+from sharded_orm.checks import check_positive_int, shown
 from sharded_orm.errors import ShardConfigError, ShardTypeError, UnsupportedOnDialectError
 from sharded_orm.load.prepare import (
     BulkValidationError,
@@ -83,7 +83,7 @@ def _check_arguments(bind: Any, workers: Any, batch_bytes: Any, mode: Any, seed:
         hint = " (create_engine(url) first)" if isinstance(bind, str) else ""
         raise ShardTypeError(
             "bind must be a SQLAlchemy Engine or Connection, or a google-cloud-spanner "
-            f"Database; got {type(bind).__name__} {bind!r:.80}{hint}"
+            f"Database; got {type(bind).__name__} {shown(bind)}{hint}"
         )
     check_positive_int(workers, "workers")
     if workers > MAX_WORKERS:

@@ -23,7 +23,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from sharded_orm.checks import check_identifier, check_positive_int
+from sharded_orm.checks import check_identifier, check_positive_int, shown
 from sharded_orm.errors import ShardConfigError, ShardingError, ShardTypeError
 from sharded_orm.hashing import FARM_FINGERPRINT
 from sharded_orm.progress import progress
@@ -193,7 +193,7 @@ def verify(
     if not isinstance(bind, (sa.Engine, sa.Connection)):
         hint = " (create_engine(url) first)" if isinstance(bind, str) else ""
         raise ShardTypeError(
-            f"verify takes a SQLAlchemy Engine or Connection, got {bind!r:.80}{hint}"
+            f"verify takes a SQLAlchemy Engine or Connection, got {shown(bind)}{hint}"
         )
     check_positive_int(workers, "workers")
     table = table_of(model_or_table)

@@ -18,7 +18,7 @@ from sqlalchemy import Boolean, and_, literal, literal_column, or_, select, unio
 from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session
 
-from sharded_orm.checks import check_seconds
+from sharded_orm.checks import check_seconds, shown
 from sharded_orm.errors import ShardConfigError, ShardTypeError
 from sharded_orm.read.fanout import BOUND_VAR, SHARD_VAR, FanOut, correlated_ok
 from sharded_orm.read.order import (
@@ -157,7 +157,7 @@ class MergeQuery:
         if not isinstance(conn, (Connection, Session)):
             raise ShardTypeError(
                 f"merged()/page() read through a Connection or Session (or their async "
-                f"forms, awaited), got {conn!r}"
+                f"forms, awaited), got {shown(conn)}"
             )
         for what, present in (
             ("GROUP BY", bool(stmt._group_by_clauses)),

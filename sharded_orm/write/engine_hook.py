@@ -34,6 +34,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.sql.dml import Insert, Update
 from sqlalchemy.sql.elements import ClauseElement, TextClause
 
+from sharded_orm.checks import shown
 from sharded_orm.errors import ShardConfigError, ShardingWarning, ShardTypeError
 from sharded_orm.schema.registry import cascade_targets, set_engine_watcher, sharded_names
 from sharded_orm.spanner import is_spanner
@@ -269,7 +270,7 @@ def watch(engine: Engine | Connection) -> Engine:
     root = _root(engine)
     if not isinstance(root, Engine):
         raise ShardTypeError(
-            f"watch() takes a SQLAlchemy Engine or Connection, got {engine!r}; "
+            f"watch() takes a SQLAlchemy Engine or Connection, got {shown(engine)}; "
             "pass the engine sa.create_engine(...) returned"
         )
     if root in _watched:

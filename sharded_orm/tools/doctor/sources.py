@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sharded_orm.checks import render_url, shown
 from sharded_orm.errors import ShardConfigError, ShardingError, ShardTypeError, ShardValueError
 from sharded_orm.tools.doctor.keys import parse_timestamp
 
@@ -193,7 +194,7 @@ def rows_from_engine(engine: Any, window: str, since: dt.datetime) -> list[dict[
         name = getattr(getattr(engine, "dialect", None), "name", type(engine).__name__)
         raise StatisticsUnavailableError(
             f"doctor reads Spanner's split statistics, but this engine is {name!r} "
-            f"({getattr(engine, 'url', '?')!s}): give an engine on Spanner "
+            f"({render_url(getattr(engine, 'url', '?'))}): give an engine on Spanner "
             "(spanner+spanner:///projects/P/instances/I/databases/D) or exported rows"
         )
     emulator = _is_emulator(engine)
@@ -230,7 +231,7 @@ def load_rows(source: Any, window: str, since: dt.datetime | None) -> list[Split
         text = str(source)
         if "://" in text:
             raise StatisticsUnavailableError(
-                f"{text!r} is a URL: doctor takes an Engine (sqlalchemy.create_engine(url)) "
+                f"{shown(text)} is a URL: doctor takes an Engine (sqlalchemy.create_engine(url)) "
                 "or, on the command line, a spanner+spanner:// URL"
             )
         raw = rows_from_file(source)
