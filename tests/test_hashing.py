@@ -376,8 +376,10 @@ def test_the_column_shard_function_equals_compute_shard(
 # --------------------------------------------------------------------------- odd values (R5)
 
 fixed_offsets = st.builds(
-    dt.timezone, st.timedeltas(min_value=-dt.timedelta(hours=23, minutes=59),
-                               max_value=dt.timedelta(hours=23, minutes=59))
+    dt.timezone,
+    st.timedeltas(
+        min_value=-dt.timedelta(hours=23, minutes=59), max_value=dt.timedelta(hours=23, minutes=59)
+    ),
 )
 #: everything a caller can hand a shard function: the accepted types over their whole
 #: range (lone surrogates, ints of thousands of digits, the first and last instants at
