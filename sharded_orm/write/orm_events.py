@@ -135,7 +135,7 @@ def install_mapper_events(mapper: Mapper[Any]) -> None:
             source_attrs,
             given_mark_key(attr),
             sc.column in pk_cols,
-            tuple(mapper.get_property_by_column(c).key for c in sc.column.table.primary_key),
+            _key_positions(mapper, sc.column.table),
         )
         for sc, attr, source_attrs in plans
     ]
@@ -220,11 +220,12 @@ def install_mapper_events(mapper: Mapper[Any]) -> None:
                 set_committed_value(target, shard_attr, None if old is _NO else old)
             if changed:
                 _keep_stored_form(sc, d, target, source_attrs)
+            if changed and pk_attrs:
                 expect_update(
                     connection,
                     mapper_.base_mapper._compiled_cache,
                     sc.column.table,
-                    tuple([_committed(committed, d, attr) for attr in pk_attrs]),
+                    tuple([state.key[1][i] for i in pk_attrs]),
                     (d, shard_attr, sc.key),
                 )
 
@@ -253,12 +254,20 @@ def _keep_stored_form(
                 setattr(target, attr, stored)
 
 
-def _committed(committed: dict[str, Any], d: dict[str, Any], attr: str) -> Any:
-    """The value of ``attr`` the database holds (a primary key the UPDATE's WHERE names)."""
-    old = committed.get(attr, _NO)
-    if old is _NO or old is LoaderCallableStatus.NO_VALUE:
-        return d.get(attr)
-    return old
+def _key_positions(mapper: Mapper[Any], table: Any) -> tuple[int, ...]:
+    """Where each column of ``table``'s primary key (in the table's order: what the
+    UPDATE's WHERE names) is in the object's identity key, which holds the stored key
+    whether loaded or expired: the column itself, or under joined inheritance the parent's
+    key column it refers to."""
+    mapper_pk = list(mapper.primary_key)
+    out = []
+    for c in table.primary_key:
+        targets = [c, *(fk.column for fk in c.foreign_keys)]
+        found = [i for i, m in enumerate(mapper_pk) if any(m is t for t in targets)]
+        if not found:  # not mapped as SQLAlchemy maps keys: no write-back by key
+            return ()
+        out.append(found[0])
+    return tuple(out)
 
 
 def _derive_key_shard(
