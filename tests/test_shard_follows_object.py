@@ -373,6 +373,11 @@ class Transitions(RuleBasedStateMachine):
             self.session.rollback()
         except sa.exc.IntegrityError:
             self.session.rollback()  # a copy or merge that reuses a key: the database says no
+        except sa.exc.InvalidRequestError as exc:
+            # SQLAlchemy's own refusal, as for any model: an object expired, then made
+            # transient by a rollback, cannot be loaded again to be flushed
+            assert "cannot be refreshed" in str(exc), exc
+            self.session.rollback()
 
     @rule(target=objects, tenant=TENANTS, ts=TIMES, give=st.sampled_from([None, 0, 1]))
     def new(self, tenant: str, ts: dt.datetime, give: int | None) -> Any:

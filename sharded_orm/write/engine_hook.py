@@ -138,15 +138,39 @@ def _derive_again(
     return out
 
 
+def _row_key(table: Any, pinned: dict[str, Any]) -> list[Any] | None:
+    pk = [pinned.get(c.key) for c in table.primary_key]
+    return None if any(b is None for b in pk) else pk
+
+
+def _derived_dropped(
+    table: Any, pinned: dict[str, Any], rows: list[dict[str, Any]], backs: dict[Any, Any]
+) -> list[dict[str, Any]]:
+    """The flush's UPDATE rows without the key shards ``before_update`` derived (a later
+    listener may have changed a source since): the hook computes them from the row."""
+    pk = _row_key(table, pinned)
+    if pk is None:
+        return rows
+    out = []
+    for row in rows:
+        drop = [
+            key
+            for _, _, key, derived in backs.get(tuple(literal_value(b, row) for b in pk), ())
+            if derived and key in row
+        ]
+        out.append({k: v for k, v in row.items() if k not in drop} if drop else row)
+    return out
+
+
 def _write_back(
     table: Any, pinned: dict[str, Any], rows: list[dict[str, Any]], backs: dict[Any, Any]
 ) -> None:
     """Give the objects of the flush's UPDATE the shard the hook computed for their row."""
-    pk = [pinned.get(c.key) for c in table.primary_key]
-    if any(b is None for b in pk):
+    pk = _row_key(table, pinned)
+    if pk is None:
         return
     for row in rows:
-        for d, attr, key in backs.get(tuple(literal_value(b, row) for b in pk), ()):
+        for d, attr, key, _ in backs.pop(tuple(literal_value(b, row) for b in pk), ()):
             if key in row:
                 d[attr] = row[key]
 
@@ -215,9 +239,11 @@ def _before_execute(
             if getattr(c.table, "name", None) == table.name
         }
         rows = multiparams if multiparams else [params]
+        backs = updated_objects(conn, execution_options, table)
+        if backs:
+            rows = _derived_dropped(table, pinned, rows, backs)
         fetch = _row_fetcher(conn, table, pinned, rows)
         new_rows = row_shards.update_rows(rows, stmt_values, pinned, fetch)
-        backs = updated_objects(conn, execution_options, table)
         if backs:
             _write_back(table, pinned, new_rows, backs)
     if not multiparams and not params:

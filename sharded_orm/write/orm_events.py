@@ -214,6 +214,14 @@ def install_mapper_events(mapper: Mapper[Any]) -> None:
             target = state.obj()
             if in_pk:
                 _derive_key_shard(sc, state, target, shard_attr, source_attrs)
+                if pk_attrs:  # computed again by the hook if a later listener changes a source
+                    expect_update(
+                        connection,
+                        mapper_.base_mapper._compiled_cache,
+                        sc.column.table,
+                        tuple([state.key[1][i] for i in pk_attrs]),
+                        (d, shard_attr, sc.key, True),
+                    )
                 continue
             if shard_set:  # copied (merge) or left by a key listener: not sent as given
                 old = committed.get(shard_attr, _NO)
@@ -226,7 +234,7 @@ def install_mapper_events(mapper: Mapper[Any]) -> None:
                     mapper_.base_mapper._compiled_cache,
                     sc.column.table,
                     tuple([state.key[1][i] for i in pk_attrs]),
-                    (d, shard_attr, sc.key),
+                    (d, shard_attr, sc.key, False),
                 )
 
     # raw and retval: SQLAlchemy calls it directly, with no wrapper, once per object
@@ -315,8 +323,8 @@ def _apply_onupdate(
 def install_source_listeners(mapper: Mapper[Any]) -> None:
     """The ``set`` listeners of a mapper's shards: on every client-computed shard
     attribute, one that marks the value the caller sets (``given_mark_key``); on each
-    source of a shard in the primary key, one that derives the shard as soon as every
-    source is known (``session.merge()`` and the identity map key the object by it). A
+    source of a shard in the primary key, one that derives the shard of a new object as soon
+    as every source is known (``session.merge()`` keys it by its attributes). A
     source change the session discards (``expire``, ``refresh``) takes the key shard it
     derived back with it. Other shards are derived at flush, from what it sends."""
     pk_cols = {c for t in mapper.tables for c in t.primary_key}
@@ -378,6 +386,11 @@ def _source_setter(sc: ShardColumn, shard_attr: str, source_attrs: tuple[str, ..
     mark = given_mark_key(shard_attr)
 
     def on_set(state: Any, value: Any, oldvalue: Any, initiator: Any) -> None:
+        if state.key is not None:
+            # a row's object: merge() and the identity map know it by its stored key, and
+            # the flush moves the key (before_update); setting the shard here could load
+            # expired attributes, and that autoflush
+            return
         d = state.dict
         for a in others:
             if a not in d:
@@ -390,11 +403,7 @@ def _source_setter(sc: ShardColumn, shard_attr: str, source_attrs: tuple[str, ..
         if is_given(d, shard_attr, mark):
             return  # the caller's: the flush checks it
         if d.get(shard_attr) != new:
-            if state.key is None:
-                d[shard_attr] = new  # a new object's INSERT is built from its dict
-            else:
-                state.obj().__setattr__(shard_attr, new)  # with history: the key moves
-                d.pop(mark, None)
+            d[shard_attr] = new  # a new object's INSERT is built from its dict
         _mark_derived(d, sc, shard_attr, values, new)
 
     return on_set

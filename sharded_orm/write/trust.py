@@ -41,7 +41,8 @@ Record = tuple[Pairs, dict[str, Any], tuple[tuple[str, str], ...], tuple[tuple[s
 Queues = dict[tuple[int, int], deque[Record]]
 _pending: weakref.WeakKeyDictionary[Any, Queues] = weakref.WeakKeyDictionary()
 #: connection -> (id of the statement cache, id of the table) -> primary key -> write-backs
-Updates = dict[tuple[int, int], dict[tuple[Any, ...], list[tuple[dict[str, Any], str, str]]]]
+Target = tuple[dict[str, Any], str, str, bool]
+Updates = dict[tuple[int, int], dict[tuple[Any, ...], list[Target]]]
 _updates: weakref.WeakKeyDictionary[Any, Updates] = weakref.WeakKeyDictionary()
 
 
@@ -97,11 +98,13 @@ def expect_update(
     cache: Any,
     table: Any,
     key: tuple[Any, ...],
-    target: tuple[dict[str, Any], str, str],
+    target: Target,
 ) -> None:
     """The flush's UPDATE of the row of primary key ``key`` in ``table`` will get its shard
     from the engine hook: ``target`` is (the object's __dict__, its shard attribute, the
-    shard's column key), where the hook writes the shard it sends."""
+    shard's column key, whether the row carries a shard the library derived before a
+    later listener could change a source: computed again), where the hook writes the
+    shard it sends."""
     updates = _updates.get(connection)
     if updates is None:
         updates = _updates[connection] = {}
@@ -113,13 +116,14 @@ def expect_update(
 
 def updated_objects(
     connection: Any, options: Any, table: Any
-) -> dict[tuple[Any, ...], list[tuple[dict[str, Any], str, str]]] | None:
-    """The write-backs :func:`expect_update` recorded for the flush's UPDATE of ``table``
-    run with ``options`` (consumed), or None for any other statement."""
+) -> dict[tuple[Any, ...], list[Target]] | None:
+    """The write-backs :func:`expect_update` recorded for the flush's UPDATEs of ``table``
+    run with ``options`` (the flush may send several: one per set of changed columns), by
+    primary key; the caller pops those it uses. None for any other statement."""
     updates = _updates.get(connection)
     if not updates:
         return None
-    return updates.pop((id(options.get("compiled_cache")), id(table)), None)
+    return updates.get((id(options.get("compiled_cache")), id(table)))
 
 
 def forget(connection: Any, *args: Any) -> None:
