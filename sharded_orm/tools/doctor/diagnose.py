@@ -34,7 +34,23 @@ from sharded_orm.tools.doctor.findings import (
 from sharded_orm.tools.doctor.keys import Catalog, Key, role_of
 from sharded_orm.tools.doctor.sources import INTERVAL_SECONDS, VIEWS, SplitRow
 
-PATTERNS = ("monotonic", "tenant_skew", "hot_key", "unsharded_index", "sequence", "unknown")
+PATTERNS = (
+    "monotonic",
+    "tenant_skew",
+    "hot_key",
+    "unsharded_index",
+    "sequence",
+    "large_scan",
+    "unknown",
+)
+#: Spanner's UNSPLITTABLE_REASONS codes (the minute, 10-minute and hour views)
+REASONS = (
+    "HOT_ROW",
+    "MOVING_HOT_SPOT",
+    "LARGE_SCAN_HOT_SPOT",
+    "UNISOLATABLE_HOT_ROW",
+    "UNSPECIFIED",
+)
 MONOTONIC_ROLES = ("time", "counter", "uuid7")
 HOT_ROW_REASONS = {"HOT_ROW", "UNISOLATABLE_HOT_ROW"}
 MIGRATIONS = "docs/migrations.md, Resharding"
@@ -104,6 +120,7 @@ def _finding(
         hot_seconds=_hot_seconds(rows, window),
         intervals=len({r.row.interval_end for r in rows}),
         keys=starts[:5],
+        reasons=sorted({x for r in rows for x in r.row.unsplittable_reasons}),
         **kw,
     )
 
@@ -170,8 +187,30 @@ def _classify(
     out: list[HotspotFinding] = []
     hot_keys: list[DecodedRow] = []
     rest: list[DecodedRow] = []
+    scans: list[DecodedRow] = []
     for r in group:
-        (hot_keys if _is_hot_key(r) else rest).append(r)
+        if _is_hot_key(r):
+            hot_keys.append(r)
+        elif "LARGE_SCAN_HOT_SPOT" in r.row.unsplittable_reasons:
+            scans.append(r)
+        else:
+            rest.append(r)
+    if scans:
+        out.append(
+            _finding(
+                name,
+                kind,
+                "large_scan",
+                f"Spanner says LARGE_SCAN_HOT_SPOT: reads scanning {name} keep its splits "
+                "busy, not writes. Find the scans (Query Insights) and narrow them: an index "
+                "for the filter, a LIMIT, a key range. Fan-out reads scan too: merged() and "
+                "page() read up to N x K index entries a call; sharded-orm advise prices a "
+                "shard count's reads.",
+                scans,
+                window,
+                base_table=table.name,
+            )
+        )
     if hot_keys:
         by_key: dict[str, list[DecodedRow]] = {}
         for r in hot_keys:

@@ -32,6 +32,8 @@ class HotspotFinding:
     intervals: int = 0
     shards: list[int] = field(default_factory=list)
     keys: list[str] = field(default_factory=list)  # sample split starts
+    #: Spanner's UNSPLITTABLE_REASONS over the finding's rows (HOT_ROW, MOVING_HOT_SPOT...)
+    reasons: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         tenant = (
@@ -52,6 +54,7 @@ class HotspotFinding:
             "rule": self.rule,
             "fix": self.fix,
             "split_starts": self.keys,
+            "unsplittable_reasons": self.reasons,
         }
 
 
