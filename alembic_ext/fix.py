@@ -100,28 +100,32 @@ def render_change(change: Any, dialect: Any) -> list[Revision]:
     quote = dialect.identifier_preparer.initial_quote
     kind, table, after = change.kind, change.table, change.after
     what = f"{change.finding.pattern} on {change.finding.table}"
-    if kind == "shard_index":
-        up = [
-            _shard_op(AddShardColumnOp, after, change.new_shard),
-            _create_index(change.new_index),
-            SpannerDropIndexOp.from_index(change.old_index),
-        ]
-        return [_pair(ctx, f"doctor fix: {what}: shard the index", up)]
-    if kind == "reshard_index":
-        old_sc = _shard_op(DropShardColumnOp, table, change.old_shard)
+    if kind in ("shard_index", "reshard_index"):
+        # expand: the new column (backfilled; NOT NULL for a new shard column, which fences
+        # old code; nullable for a reshard, whose contract fences by dropping the old one)
+        # and the new index; contract: the old layout dropped, then (reshard) every row
+        # filled and checked
         new_sc = _shard_op(AddShardColumnOp, after, change.new_shard)
-        verify = VerifyShardOp(
-            table.name, change.new_shard, sources=new_sc.sources, count=new_sc.count,
-            algorithm=new_sc.algorithm,
-        )  # fmt: skip
+        contract_ops: list[Any] = [SpannerDropIndexOp.from_index(change.old_index)]
+        if kind == "reshard_index":
+            contract_ops.append(_shard_op(DropShardColumnOp, table, change.old_shard))
+            contract_ops.append(
+                VerifyShardOp(
+                    table.name,
+                    change.new_shard,
+                    sources=new_sc.sources,
+                    count=new_sc.count,
+                    algorithm=new_sc.algorithm,
+                )  # fmt: skip
+            )
+        index = change.new_index.name
         expand = _pair(
-            ctx, f"doctor fix: {what}: reshard, expand", [new_sc, _create_index(change.new_index)]
+            ctx, f"doctor fix: {what}: expand", [new_sc, _create_index(change.new_index)]
         )
         contract = _pair(
             ctx,
-            f"doctor fix: {what}: reshard, CONTRACT "
-            f"(apply once every reader uses {change.new_index.name})",
-            [SpannerDropIndexOp.from_index(change.old_index), old_sc, verify],
+            f"doctor fix: {what}: CONTRACT (apply once every reader uses {index})",
+            contract_ops,
         )
         return [expand, contract]
     if kind == "key_reshard":

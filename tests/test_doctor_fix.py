@@ -345,11 +345,11 @@ def test_cli_fix_writes_prints_and_keeps_the_contract(
     assert "op.create_index('EventsByTimestampSharded'" in out and "nothing was applied" in out
     assert main([*argv, "--format", "json"]) == 1
     data = json.loads(capsys.readouterr().out)
-    assert data["command"] == "doctor" and len(data["summary"]["revisions_written"]) == 1
+    assert data["command"] == "doctor" and len(data["summary"]["revisions_written"]) == 2
     [finding] = data["findings"]
     assert finding["fix"] == "shard_index" and finding["revisions"][0]["path"]
     versions = list((tmp_path / "proj" / "migrations" / "versions").glob("*.py"))
-    assert len(versions) == 2  # two runs, two revisions, chained
+    assert len(versions) == 4  # two runs of an expand and a contract, chained
     # no project: one line, exit 2
     assert main([*argv[:5], "--fix", "--alembic-ini", str(tmp_path / "none.ini")]) == 2
     err = capsys.readouterr().err.strip().splitlines()

@@ -10,7 +10,8 @@ What each pattern becomes:
 
 - ``unsharded_index``: a shard column over the index's tenant (if it leads the growing
   part) and growing column, and a ``ShardedIndex`` under a new name replacing the index
-  (``shard_index``: one revision: add, backfill, NOT NULL, marker, new index, drop old);
+  (``shard_index``: expand: the column, backfilled, NOT NULL, and the new index;
+  contract: drop the old index);
 - ``tenant_skew``, or ``monotonic`` on a sharded index: a bigger count, by reshard
   (``reshard_index``: expand and contract revisions, docs/migrations.md);
 - ``monotonic`` or ``tenant_skew`` on a table key (sharded or not): a new table whose key
@@ -99,7 +100,7 @@ class ModelChange:
     @property
     def stages(self) -> int:
         """Revisions it takes: 2 where old readers must move first (expand, contract)."""
-        return 2 if self.kind in ("reshard_index", "key_reshard") else 1
+        return 2 if self.kind in ("shard_index", "reshard_index", "key_reshard") else 1
 
 
 @dataclass
@@ -159,7 +160,8 @@ def _build(
             items.append(sa.Index(ix_name, *parts, unique=unique, **kw))
         else:
             items.append(ShardedIndex(ix_name, *parts, shard=shard, unique=unique, **kw))
-    return sa.Table(name or table.name, md, *cols, *items, **dict(table.kwargs))
+    info = dict(table.info)  # the ORM attribute names shard sources may be given by
+    return sa.Table(name or table.name, md, *cols, *items, info=info, **dict(table.kwargs))
 
 
 def _suggested(finding: HotspotFinding, count: int) -> int:
@@ -227,28 +229,34 @@ class Planner:
         count = self.count or 10
         taken = set(table.c.keys()) | {c.name for c in table.columns}
         shard = _unique(f"{cols[mono][0].name}ShardId", taken, "shard column name")
-        col = shard_column(*[s.name for s in sources], count=count, name=shard).column
+        src = [s.name for s in sources]
         name = _unique(f"{ix.name}Sharded", self.names, "index name")
         _, parts, _, kw, unique = _index_spec(ix)
-        md = sa.MetaData()
-        new = _build(
-            table, md, add=(col,),
-            indexes=[*self._others(table, ix), (name, parts, shard, kw, unique)],
-        )  # fmt: skip
+        new_spec = (name, parts, shard, kw, unique)
+        md1, md2 = sa.MetaData(), sa.MetaData()
+        # NOT NULL from the expand on: old code, which does not fill it, then fails loudly
+        # (Spanner refuses to change NOT NULL of a column an index uses, so it is now or
+        # never; a row old code adds meanwhile makes the fence fail: run it again)
+        col1 = shard_column(*src, count=count, name=shard).column
+        _build(table, md1, add=(col1,), indexes=[*self._others(table, None), new_spec])
+        col2 = shard_column(*src, count=count, name=shard).column
+        new = _build(table, md2, add=(col2,), indexes=[*self._others(table, ix), new_spec])
+        attrs = ", ".join(repr(self._attr(table, s)) for s in sources)
         text = (
-            f"table {table.name}: add the shard column and replace index {ix.name} by a "
-            f"ShardedIndex under a new name (readers that force {ix.name} by name move to "
-            f"{name}):\n"
-            f"+    {_attr_name(shard)}: Mapped[int] = shard_column("
-            f"{', '.join(repr(self._attr(table, s)) for s in sources)}, count={count}, "
+            f"table {table.name}: a shard column, and index {ix.name} replaced by a "
+            f"ShardedIndex under a new name, {name}.\n"
+            "expand (deploy the new code right after the first revision: its NOT NULL "
+            "stops old code's INSERTs, loudly):\n"
+            f"+    {_attr_name(shard)}: Mapped[int] = shard_column({attrs}, count={count}, "
             f"name={shard!r})\n"
-            f"-    sa.Index({ix.name!r}, {', '.join(_part_text(p) for p in parts)}),\n"
             f"+    ShardedIndex({name!r}, {', '.join(_part_text(p) for p in parts)}, "
-            f"shard={shard!r}{_index_kw(ix)}),"
+            f"shard={shard!r}{_index_kw(ix)}),\n"
+            f"contract (the second revision, once every reader uses {name}):\n"
+            f"-    sa.Index({ix.name!r}, {', '.join(_part_text(p) for p in parts)}),"
         )
         return ModelChange(
             f, "shard_index", table, new, count, old_index=ix, new_index=_index(new, name),
-            new_shard=shard, metadata=md, expand_metadata=md, model_text=text,
+            new_shard=shard, expand_metadata=md1, metadata=md2, model_text=text,
         )  # fmt: skip
 
     def _reshard_index(self, f: HotspotFinding, table: sa.Table, ix: sa.Index) -> ModelChange:
@@ -267,8 +275,14 @@ class Planner:
         src = [s.name for s in old.sources]
         new_spec = (name, parts, shard, kw, unique)
         md1, md2 = sa.MetaData(), sa.MetaData()
-        col1 = shard_column(*src, count=count, algorithm=old.algorithm, name=shard).column
-        col2 = shard_column(*src, count=count, algorithm=old.algorithm, name=shard).column
+        col1 = shard_column(
+            *src, count=count, algorithm=old.algorithm, name=shard, nullable=True
+        ).column
+        # nullable, and kept so (docs/migrations.md, "Writers that do not use the library"):
+        # old code keeps writing until the contract drops its column, then the fill
+        col2 = shard_column(
+            *src, count=count, algorithm=old.algorithm, name=shard, nullable=True
+        ).column
         _build(table, md1, add=(col1,), indexes=[*self._others(table, None), new_spec])
         new = _build(
             table, md2, add=(col2,), drop=(old.name,),
@@ -280,11 +294,12 @@ class Planner:
             f"expand (deploy with the first revision; the library fills both columns):\n"
             f"+    {_attr_name(shard)}: Mapped[int] = shard_column("
             f"{', '.join(repr(self._attr(table, s)) for s in old.sources)}, count={count}, "
-            f"algorithm={old.algorithm!r}, name={shard!r})\n"
+            f"algorithm={old.algorithm!r}, name={shard!r}, nullable=True)\n"
             f"+    ShardedIndex({name!r}, "
             f"{', '.join(_part_text(p) for p in parts)}, shard={shard!r}{_index_kw(ix)}),\n"
             f"contract (deploy with the second revision, once every reader uses {name}):\n"
-            f"-    the shard column {old.name} and ShardedIndex({ix.name!r}, ...)"
+            f"-    the shard column {old.name} and ShardedIndex({ix.name!r}, ...)\n"
+            f"(keep {shard} nullable=True: Spanner cannot make an indexed column NOT NULL)"
         )
         return ModelChange(
             f, "reshard_index", table, new, count, old_index=ix, new_index=_index(new, name),
