@@ -326,7 +326,7 @@ def _subparsers() -> dict[str, Any]:
 
 def test_every_option_has_help_and_shows_its_default() -> None:
     subs = _subparsers()
-    assert set(subs) == {"lint", "simulate", "doctor", "verify", "backfill"}
+    assert set(subs) == {"lint", "simulate", "doctor", "verify", "backfill", "advise"}
     for name, sub in subs.items():
         text = sub.format_help()
         for action in sub._actions:

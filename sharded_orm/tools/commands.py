@@ -10,6 +10,7 @@ import argparse
 from typing import Any
 
 from sharded_orm.errors import ShardingError
+from sharded_orm.tools.advise_cli import add_advise
 from sharded_orm.tools.contract import (
     EXIT_FINDINGS,
     EXIT_OK,
@@ -269,4 +270,4 @@ def add_doctor(sub: Any) -> None:
 
 
 #: one ``add_<name>(subparsers)`` per subcommand, each pointing at its ``cmd_<name>``
-SUBCOMMANDS = (add_lint, add_simulate, add_doctor, add_verify, add_backfill)
+SUBCOMMANDS = (add_lint, add_simulate, add_doctor, add_verify, add_backfill, add_advise)
