@@ -31,6 +31,10 @@ from sharded_orm.schema.columns import shard_columns
 from sharded_orm.tools.advise.layout import Layout
 from sharded_orm.tools.advise.sample import Sample
 
+#: standard deviations of a tick's Poisson noise added to a split's mean rate: the busiest
+#: tick of a run is about that far above it (simulate's worst tick, measured: 0.9 to 1.05x
+#: the mean + 2 sigma on the scenarios of examples/advise_sweep.py)
+NOISE = 2.0
 #: rows of the read's tenant loaded to price the reads (the newest: what they read)
 READ_ROWS = 5000
 
@@ -78,7 +82,10 @@ def _order(value: Any, desc: bool) -> Any:
     return (1, "".join(chr(0x10FFFF - ord(c)) for c in text) if desc else text)
 
 
-def peak_split(layout: Layout, sample: Sample, count: int, tick: float = 10.0) -> float:
+def peak_split(
+    layout: Layout, sample: Sample, count: int, tick: float = 10.0, splits: int = 0,
+    target: float = float("inf"),
+) -> float:  # fmt: skip
     """Writes/s of the busiest split at ``count`` shards, as the instance model has it.
 
     Each tail takes ``rate x (its rows in the sample) / (rows)``. A split holding a tail
@@ -88,7 +95,10 @@ def peak_split(layout: Layout, sample: Sample, count: int, tick: float = 10.0) -
     load-based cut at the median of the split's recent writes falls among the big tail's
     new keys and leaves them beside those small tails, so the split keeps them while
     together they carry less than the tail. Plus the tick's Poisson noise (3 standard
-    deviations), which the busiest tick of a run shows.
+    deviations), which the busiest tick of a run shows. And a floor: ``splits`` splits
+    (the instance's initial ones) share the key space's writes, and load-based splitting
+    cuts only those above the ``target``, so one of them takes at least its share (up to
+    the target).
     """
     variant = layout.variant(count)
     sc = shard_columns(variant)[0]
@@ -105,14 +115,15 @@ def peak_split(layout: Layout, sample: Sample, count: int, tick: float = 10.0) -
     keys = sorted(tails, key=lambda k: (k[0], _order(k[1], desc_tenant)))
     rates = [tails[k] * scale for k in keys]
     step = -1 if parts.get(layout.growing or "", False) else 1
-    peak = 0.0
+    share = min(sample.rows_per_second / splits, target) if splits else 0.0
+    peak = share + NOISE * math.sqrt(share / tick)
     for i, rate in enumerate(rates):
         acc, j = 0.0, i + step
         while 0 <= j < len(rates) and rates[j] < rate / 2 and acc + rates[j] < rate:
             acc += rates[j]
             j += step
         load = rate + acc
-        peak = max(peak, load + 3 * math.sqrt(load / tick))
+        peak = max(peak, load + NOISE * math.sqrt(load / tick))
     return peak
 
 

@@ -112,11 +112,11 @@ def _plain(v: Any) -> Any:
     return v if isinstance(v, (int, float, str, type(None))) else str(v)
 
 
-def _sample(layout: Layout, sample: Any, rows_per_second: float | None) -> Sample:
+def _sample(layout: Layout, sample: Any, rows_per_second: float | None, size: int) -> Sample:
     from sharded_orm.tools.simulate import Workload
 
     if isinstance(sample, Workload):
-        return from_workload(layout, sample)
+        return from_workload(layout, sample, size)
     if isinstance(sample, (str, Path)):
         if "://" in str(sample):
             raise ShardConfigError(
@@ -125,7 +125,7 @@ def _sample(layout: Layout, sample: Any, rows_per_second: float | None) -> Sampl
             )
         return from_csv(layout, sample, rows_per_second)
     if hasattr(sample, "connect") and hasattr(sample, "dialect"):
-        return from_engine(layout, sample, rows_per_second=rows_per_second)
+        return from_engine(layout, sample, size, rows_per_second=rows_per_second)
     if isinstance(sample, (list, tuple)) or hasattr(sample, "__iter__"):
         return from_rows(layout, sample, "the rows given", rows_per_second)
     raise ShardTypeError(
@@ -147,6 +147,7 @@ def advise(
     pages: int = 3,
     tenant: Any = None,
     rows_per_second: float | None = None,
+    sample_size: int = 20_000,
 ) -> Advice:
     """Price each candidate shard count of ``model``'s shard column from ``sample``.
 
@@ -155,7 +156,7 @@ def advise(
     (default: the instance's ``load_split_threshold x node_capacity``, where a split turns
     warm). ``k``, ``page_size``, ``pages``: the app's newest-k read and page walk; ``tenant``:
     whose (default: the busiest). ``rows_per_second``: the write rate, where the sample's
-    time span cannot tell it.
+    time span cannot tell it. ``sample_size``: rows drawn from a Workload or a database.
     """
     from sharded_orm.tools.simulate import Instance
 
@@ -173,16 +174,17 @@ def advise(
     if not isinstance(limit, (int, float)) or not limit > 0 or limit == float("inf"):
         raise ShardConfigError(f"target must be a positive number of writes/s, got {target!r}")
     layout = layout_of(model, column)
-    data = _sample(layout, sample, rows_per_second)
+    data = _sample(layout, sample, rows_per_second, check_positive_int(sample_size, "sample_size"))
     who = tenant if tenant is not None else busiest_tenant(layout, data)
     advice = Advice(layout, data, float(limit), who, k, page_size, pages)
+    splits = inst.initial_splits_per_node * inst.nodes
     for n in counts:
         newest, walk = read_cost(layout, data, n, k=k, page_size=page_size, pages=pages,
                                  tenant=who)  # fmt: skip
         advice.points.append(
             Point(
                 n,
-                peak_split(layout, data, n, inst.tick),
+                peak_split(layout, data, n, inst.tick, splits, float(limit)),
                 newest.statements + walk.statements,
                 newest.server_rows_read + walk.server_rows_read,
                 newest.statements,

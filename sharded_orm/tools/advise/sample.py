@@ -14,12 +14,15 @@ import datetime as dt
 import itertools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy import types as sqltypes
 
 from sharded_orm.errors import ShardConfigError, ShardValueError
+from sharded_orm.schema.coerce import base_type
 from sharded_orm.tools.advise.layout import Layout
 from sharded_orm.tools.doctor.keys import parse_timestamp
 
@@ -56,23 +59,24 @@ def _span(rows: list[dict[str, Any]], growing: str | None) -> float:
 
 
 def _parse(column: sa.Column[Any], text: str, where: str) -> Any:
-    try:
-        kind = column.type.python_type
-    except NotImplementedError:
-        return text
-    try:
-        if kind is dt.datetime:
-            return parse_timestamp(text)
-        if kind is dt.date:
-            return dt.date.fromisoformat(text)
-        if kind is bool:
-            return text.strip().lower() in ("1", "true", "t", "yes")
-        if kind in (int, float):
-            return kind(text)
-    except (ValueError, OverflowError):
-        raise ShardValueError(
-            f"{where}: {text[:40]!r} is not a {kind.__name__} for column {column.name}"
-        ) from None
+    """CSV text as the column's value (by its SQL type: a TypeDecorator by what it wraps)."""
+    t = base_type(column.type)
+    kinds: list[tuple[type[Any], Any]] = [
+        (sqltypes.DateTime, parse_timestamp),
+        (sqltypes.Date, dt.date.fromisoformat),
+        (sqltypes.Boolean, lambda v: v.strip().lower() in ("1", "true", "t", "yes")),
+        (sqltypes.Integer, int),
+        (sqltypes.Float, float),
+        (sqltypes.Numeric, Decimal),
+    ]
+    for kind, parse in kinds:
+        if isinstance(t, kind):
+            try:
+                return parse(text)
+            except (ValueError, OverflowError, ArithmeticError):
+                raise ShardValueError(
+                    f"{where}: {text[:40]!r} is not a {kind.__name__} for column {column.name}"
+                ) from None
     return text
 
 
