@@ -63,7 +63,7 @@ def scenarios() -> dict[str, Scenario]:
         "zipf over 1,000 tenants": Scenario(
             h.LogEntry,
             Workload(rows_per_second=3000, duration=60, tenants=1000, zipf=1.0),
-            Instance(nodes=10, node_capacity=cap, tick=5),
+            Instance(nodes=30, node_capacity=cap, tick=5),
         ),
         "one tenant at 100x of 1,000": Scenario(
             h.LogEntry,
@@ -73,7 +73,7 @@ def scenarios() -> dict[str, Scenario]:
                 tenants=1000,
                 tenant_weights=(100.0,) + (1.0,) * 999,
             ),  # fmt: skip
-            Instance(nodes=10, node_capacity=cap, tick=5),
+            Instance(nodes=30, node_capacity=cap, tick=5),
         ),
     }
 

@@ -354,3 +354,23 @@ def test_cli_fix_writes_prints_and_keeps_the_contract(
     assert main([*argv[:5], "--fix", "--alembic-ini", str(tmp_path / "none.ini")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no Alembic configuration" in err[0]
+
+
+def test_a_second_change_to_one_table_waits_for_the_first() -> None:
+    class B(DeclarativeBase):
+        pass
+
+    class Ev(B):
+        __tablename__ = "Evs"
+        ts: Mapped[dt.datetime] = mapped_column("Ts", UTCDateTime, primary_key=True)
+        id: Mapped[str] = mapped_column("Id", sa.String(36), primary_key=True)
+        at: Mapped[dt.datetime] = mapped_column("At", UTCDateTime)
+        __table_args__ = (sa.Index("EvsByAt", "At"),)
+
+    rows = [row(m, f'Evs({ts(m)},"a")', "<end>") for m in range(6)]
+    rows += [row(m, f'EvsByAt({ts(m)},{ts(m)},"a")', "<end>", 90) for m in range(6)]
+    report = fix(doctor(rows, [Ev]), [Ev])
+    assert [c.kind for c in report.changes] == ["key_reshard"]
+    [refusal] = report.refusals
+    assert refusal.finding.pattern == "unsharded_index"
+    assert "then run doctor --fix again" in refusal.reason

@@ -90,8 +90,9 @@ def peak_split(
 
     Each tail takes ``rate x (its rows in the sample) / (rows)``. A split holding a tail
     also holds the smaller tails next to it on the side its new rows go (the tails after
-    an ascending one, before a descending one) whose ranges are small (less than half its
-    rate: their history is small too, so no split boundary falls among them): a
+    an ascending one, before a descending one) whose ranges are small (each less than half
+    its rate, together less than a split's share of the writes, ``rate / splits``: their
+    history fits in one split, so no split boundary falls among them): a
     load-based cut at the median of the split's recent writes falls among the big tail's
     new keys and leaves them beside those small tails, so the split keeps them while
     together they carry less than the tail. Plus the tick's Poisson noise (3 standard
@@ -116,10 +117,11 @@ def peak_split(
     rates = [tails[k] * scale for k in keys]
     step = -1 if parts.get(layout.growing or "", False) else 1
     share = min(sample.rows_per_second / splits, target) if splits else 0.0
+    room = sample.rows_per_second / splits if splits else float("inf")
     peak = share + NOISE * math.sqrt(share / tick)
     for i, rate in enumerate(rates):
         acc, j = 0.0, i + step
-        while 0 <= j < len(rates) and rates[j] < rate / 2 and acc + rates[j] < rate:
+        while 0 <= j < len(rates) and rates[j] < rate / 2 and acc + rates[j] < min(rate, room):
             acc += rates[j]
             j += step
         load = rate + acc

@@ -109,21 +109,36 @@ def fix(
     planner = Planner(Catalog(metadata, attribute_names(models)), metadata, count)
     changes: list[ModelChange] = []
     refusals: list[Refusal] = []
+    changed: dict[str, str] = {}
     for finding in diagnosis.findings:
         planned = planner.plan(finding)
-        (changes if isinstance(planned, ModelChange) else refusals).append(planned)  # type: ignore[arg-type]
+        if isinstance(planned, Refusal):
+            refusals.append(planned)
+        elif planned.table.name in changed:  # each revision is written against the models
+            refusals.append(Refusal(finding, _one_change(planned, changed)))
+        else:
+            changed[planned.table.name] = f"{planned.finding.pattern} on {finding.table}"
+            changes.append(planned)
     config = _config(alembic) if alembic is not None else None
     render = importlib.import_module("alembic_ext.fix")
     dialect = _dialect() if changes else None
     report = FixReport(changes, refusals)
-    for change in changes:
-        revs = render.render_change(change, dialect)
-        if config is not None:
+    # every revision rendered before the first is written: a refusal writes nothing
+    report.revisions = [render.render_change(change, dialect) for change in changes]
+    if config is not None:
+        for change, revs in zip(changes, report.revisions, strict=True):
             render.write_revisions(config, revs)
             for r in revs:
                 r.path.with_suffix(".model.txt").write_text(change.model_text + "\n")
-        report.revisions.append(revs)
     return report
+
+
+def _one_change(change: ModelChange, changed: dict[str, str]) -> str:
+    return (
+        f"table {change.table.name} already gets a revision here (for "
+        f"{changed[change.table.name]}), written against the models as they are: apply it "
+        "and its model change, then run doctor --fix again for this finding"
+    )
 
 
 def _config(alembic: Any) -> Any:
