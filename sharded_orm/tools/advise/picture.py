@@ -25,7 +25,8 @@ def draw_curve(advice: Advice, path: str | Path) -> Path:
         ax.axhline(advice.target, color="#d84315", linestyle="--", linewidth=1,
                    label=f"write target ({advice.target:,.0f}/s)")  # fmt: skip
         ax.set_xscale("log", base=2)
-        ax.set_xticks(counts, [str(c) for c in counts], fontsize=7)
+        ax.set_xticks(counts, [str(c) if c != 32 or 30 not in counts else "" for c in counts],
+                      fontsize=7)  # fmt: skip
         ax.minorticks_off()
         ax.set_yscale("log")
         ax.set_xlabel("shard count N", fontsize=9)
@@ -40,8 +41,10 @@ def draw_curve(advice: Advice, path: str | Path) -> Path:
         best = advice.best
         if best is not None:
             ax.axvline(best.count, color="#2e7d32", linewidth=1.5)
-            ax.annotate(f"advised N = {best.count}", (best.count, advice.target), fontsize=9,
-                        color="#2e7d32", xytext=(6, 8), textcoords="offset points")  # fmt: skip
+            ax.annotate(
+                f"advised N = {best.count}", (best.count, 0.04), xycoords=("data", "axes fraction"),
+                fontsize=9, color="#2e7d32", xytext=(6, 0), textcoords="offset points",
+            )  # fmt: skip
         ax.set_title(
             f"advise: {advice.layout.table.name}.{advice.layout.shard.name}, "
             f"{advice.sample.rows_per_second:,.0f} rows/s", fontsize=10,
