@@ -374,3 +374,17 @@ def test_a_second_change_to_one_table_waits_for_the_first() -> None:
     [refusal] = report.refusals
     assert refusal.finding.pattern == "unsharded_index"
     assert "then run doctor --fix again" in refusal.reason
+
+
+@pytest.mark.parametrize("window", ["minute", "10minute", "hour"])
+def test_every_view_with_reason_codes_goes_through_fix(window: str) -> None:
+    # the 10-minute and hour views keep each split's highest score per interval: same rows
+    step = {"minute": 1, "10minute": 10, "hour": 60}[window]
+    rows = [
+        {**r, "INTERVAL_END": r["INTERVAL_END"] + dt.timedelta(minutes=i * (step - 1))}
+        for i, r in enumerate(SCENARIOS["timestamp_key"])
+    ]
+    diagnosis = doctor(rows, MODELS, window=window)
+    assert diagnosis.findings[0].reasons == ["MOVING_HOT_SPOT"]
+    report = fix(diagnosis, MODELS)
+    assert [c.kind for c in report.changes] == ["key_reshard"]
