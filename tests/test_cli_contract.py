@@ -326,7 +326,7 @@ def _subparsers() -> dict[str, Any]:
 
 def test_every_option_has_help_and_shows_its_default() -> None:
     subs = _subparsers()
-    assert set(subs) == {"lint", "simulate", "doctor", "verify", "backfill"}
+    assert set(subs) == {"lint", "simulate", "doctor", "verify", "backfill", "advise"}
     for name, sub in subs.items():
         text = sub.format_help()
         for action in sub._actions:
@@ -355,10 +355,12 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
 #: loads (its registrations, tests/test_package.py) and the parsers
 PARSER_MODULES = {
     "sharded_orm.tools",
+    "sharded_orm.tools.advise_cli",
     "sharded_orm.tools.cli",
     "sharded_orm.tools.commands",
     "sharded_orm.tools.contract",
     "sharded_orm.tools.database",
+    "sharded_orm.tools.fix_cli",
     "sharded_orm.tools.targets",
 }
 

@@ -11,6 +11,7 @@ from typing import Any
 
 from sharded_orm.checks import shown
 from sharded_orm.errors import ShardingError
+from sharded_orm.tools.advise_cli import add_advise
 from sharded_orm.tools.contract import (
     EXIT_FINDINGS,
     EXIT_OK,
@@ -20,6 +21,7 @@ from sharded_orm.tools.contract import (
     output_args,
 )
 from sharded_orm.tools.database import add_backfill, add_verify, create_engine
+from sharded_orm.tools.fix_cli import add_fix_args, run_fix
 from sharded_orm.tools.targets import TARGET_HELP, labelled_tables, load_target
 
 # --- lint -------------------------------------------------------------------------------------
@@ -230,7 +232,10 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     findings = info.pop("findings")
     hot = diagnosis.hot_longer_than(threshold)
     summary = {**info, "threshold_seconds": threshold, "hot_longer_than_threshold": hot}
-    emit(args, lambda: envelope("doctor", summary, findings=findings), diagnosis.table)
+    if args.fix:
+        run_fix(args, diagnosis, models, summary)
+    else:
+        emit(args, lambda: envelope("doctor", summary, findings=findings), diagnosis.table)
     return EXIT_FINDINGS if hot else EXIT_OK
 
 
@@ -262,9 +267,10 @@ def add_doctor(sub: Any) -> None:
         default="10m",
         help="exit 1 when a split was hot (CPU score 100) longer than this",
     )
+    add_fix_args(p)
     output_args(p, heatmap=True)
     p.set_defaults(func=cmd_doctor)
 
 
 #: one ``add_<name>(subparsers)`` per subcommand, each pointing at its ``cmd_<name>``
-SUBCOMMANDS = (add_lint, add_simulate, add_doctor, add_verify, add_backfill)
+SUBCOMMANDS = (add_lint, add_simulate, add_doctor, add_verify, add_backfill, add_advise)
