@@ -38,7 +38,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.sql.dml import Delete, Insert, Update
 from sqlalchemy.sql.elements import TextClause
 
-from sharded_orm.errors import SuccessorWriteError
+from sharded_orm.errors import ShardConfigError, SuccessorWriteError
 from sharded_orm.write.mirror_io import Key, mirror, normaliser, old_key, read_keys, read_where
 from sharded_orm.write.mirror_rules import (
     MIRROR_OK,
@@ -224,22 +224,18 @@ def _apply(conn: Connection, p: _Pending, elem: Any, result: Any) -> None:
 def _before_cursor_execute(
     conn: Connection, cursor: Any, statement: str, parameters: Any, context: Any, many: bool
 ) -> None:
-    olds = old_tables()
-    if not olds:
-        return
     compiled = getattr(context, "compiled", None)
     if compiled is not None and not isinstance(compiled.statement, TextClause):
-        return
+        return  # a Core or ORM statement: _before_execute saw it
     head = statement.lstrip()[:20].upper()
     if head.startswith(("START BATCH DML", "RUN BATCH", "ABORT BATCH")):
         _state(conn).batch_dml = head.startswith("START")
         return
-    if context is not None and context.execution_options.get(MIRROR_OK):
+    olds = old_tables()
+    if not olds or (context is not None and context.execution_options.get(MIRROR_OK)):
         return
     hit = raw_writes(statement, {t.name.lower() for t in olds})
     if hit:
-        from sharded_orm.errors import ShardConfigError
-
         raise ShardConfigError(
             f"raw SQL writes {hit[0]}, which has a successor table (a key reshard is under "
             "way): it cannot be mirrored. Write it with insert()/update()/delete() on the "

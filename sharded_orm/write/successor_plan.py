@@ -160,7 +160,7 @@ def declare_successor(old: Any, new: Any) -> None:
 
 def old_tables() -> list[sa.Table]:
     """Tables given a successor by ``declare_successor`` (and still alive)."""
-    return list(_olds)
+    return list(_olds) if _olds else []
 
 
 def successor_of(table: Any) -> sa.Table | None:
