@@ -3,13 +3,13 @@
 Fresh classes on every call, so each test module's ``declare_successor`` reaches no other
 module's models:
 
-* ``notes()``: ``Notes`` (8 shards, key ``(ShardId, Timestamp DESC, EventId)``) with SQL
+* ``notes()``: ``MirrorNotes`` (8 shards, key ``(ShardId, Timestamp DESC, EventId)``) with SQL
   defaults (``Noted = now()``, ``Token`` = a random string made by the database at each
-  evaluation), its successor ``Notes16``; the new key follows from the old key;
-* ``logs()``: ``Logs`` keyed by ``Id`` alone, a non-key shard of ``(CompanyId, Ts)``,
-  its successor ``Logs16`` keyed ``(Shard16, Id)``: the new key depends on columns an
+  evaluation), its successor ``MirrorNotes16``; the new key follows from the old key;
+* ``logs()``: ``MirrorLogs`` keyed by ``Id`` alone, a non-key shard of ``(CompanyId, Ts)``,
+  its successor ``MirrorLogs16`` keyed ``(Shard16, Id)``: the new key depends on columns an
   UPDATE may change without touching the old key;
-* ``unique()``: ``Tags`` and its successor ``Tags16``, which alone has a unique index
+* ``unique()``: ``MirrorTags`` and its successor ``MirrorTags16``, which alone has a unique index
   on ``Kind``.
 """
 
@@ -48,7 +48,7 @@ def notes(declare: bool = True) -> tuple[Any, Any, sa.MetaData]:
         pass
 
     class Note(TimestampShardedMixin, Base):
-        __tablename__ = "Notes"
+        __tablename__ = "MirrorNotes"
         __shard_count__ = 8
         kind: Mapped[str | None] = mapped_column("Kind", sa.String(40))
         noted: Mapped[dt.datetime | None] = mapped_column(
@@ -57,7 +57,7 @@ def notes(declare: bool = True) -> tuple[Any, Any, sa.MetaData]:
         token: Mapped[str | None] = mapped_column("Token", sa.String(40), default=random_token())
 
     class Note16(TimestampShardedMixin, Base):
-        __tablename__ = "Notes16"
+        __tablename__ = "MirrorNotes16"
         __shard_count__ = 16
         kind: Mapped[str | None] = mapped_column("Kind", sa.String(40))
         noted: Mapped[dt.datetime | None] = mapped_column(
@@ -75,7 +75,7 @@ def logs() -> tuple[Any, Any, sa.MetaData]:
         pass
 
     class Log(Base):
-        __tablename__ = "Logs"
+        __tablename__ = "MirrorLogs"
         id: Mapped[str] = mapped_column("Id", sa.String(36), primary_key=True)
         company_id: Mapped[str] = mapped_column("CompanyId", sa.String(20))
         ts: Mapped[dt.datetime] = mapped_column("Ts", UTCDateTime)
@@ -83,7 +83,7 @@ def logs() -> tuple[Any, Any, sa.MetaData]:
         shard8: Mapped[int] = shard_column("company_id", "ts", count=8, name="Shard8")
 
     class Log16(Base):
-        __tablename__ = "Logs16"
+        __tablename__ = "MirrorLogs16"
         shard16: Mapped[int] = shard_column(
             "company_id", "ts", count=16, name="Shard16", primary_key=True, sort_order=-10
         )
@@ -101,15 +101,15 @@ def unique() -> tuple[Any, Any, sa.MetaData]:
         pass
 
     class Tag(TimestampShardedMixin, Base):
-        __tablename__ = "Tags"
+        __tablename__ = "MirrorTags"
         __shard_count__ = 8
         kind: Mapped[str] = mapped_column("Kind", sa.String(40))
 
     class Tag16(TimestampShardedMixin, Base):
-        __tablename__ = "Tags16"
+        __tablename__ = "MirrorTags16"
         __shard_count__ = 16
         kind: Mapped[str] = mapped_column("Kind", sa.String(40))
-        __table_args__ = (sa.Index("Tags16ByKind", "Kind", unique=True),)
+        __table_args__ = (sa.Index("MirrorTags16ByKind", "Kind", unique=True),)
 
     declare_successor(Tag, Tag16)
     return Tag, Tag16, Base.metadata

@@ -61,7 +61,7 @@ def test_an_update_that_changes_the_key_moves_the_successor_row() -> None:
 
 
 def test_an_update_of_a_new_key_source_moves_the_successor_row(db: sa.Engine) -> None:
-    """Logs16's key holds a shard of (CompanyId, Ts), columns outside Logs' key."""
+    """MirrorLogs16's key holds a shard of (CompanyId, Ts), columns outside MirrorLogs' key."""
     t = Log.__table__
     with db.begin() as c:
         c.execute(
@@ -146,9 +146,9 @@ def test_spanner_upserts_mirror_the_stored_row(spanner_engine: sa.Engine) -> Non
 
 def test_a_second_successor_is_refused_and_the_first_keeps_its_writes() -> None:
     Other, Other16, _ = notes(declare=False)
-    with pytest.raises(ShardConfigError, match="already has the successor Notes16"):
+    with pytest.raises(ShardConfigError, match="already has the successor MirrorNotes16"):
         declare_successor(Note, Other16)
-    with pytest.raises(ShardConfigError, match="already the successor of Notes"):
+    with pytest.raises(ShardConfigError, match="already the successor of MirrorNotes"):
         declare_successor(Other, Note16)
     with pytest.raises(ShardConfigError, match="chain two key reshards"):
         declare_successor(Note16, Other16)
@@ -208,7 +208,7 @@ def test_a_statement_that_fails_changes_neither_table() -> None:
         sa.Column("EventId", sa.String),
         sa.ForeignKeyConstraint(
             ["ShardId", "Timestamp", "EventId"],
-            ["Notes.ShardId", "Notes.Timestamp", "Notes.EventId"],
+            ["MirrorNotes.ShardId", "MirrorNotes.Timestamp", "MirrorNotes.EventId"],
         ),
     )
     refs.create(engine)
@@ -217,7 +217,7 @@ def test_a_statement_that_fails_changes_neither_table() -> None:
     with engine.begin() as c:
         c.execute(sa.insert(t), [{"Timestamp": T0, "EventId": "kept"}])
         c.exec_driver_sql(
-            'INSERT INTO "NoteRefs" SELECT 1, "ShardId", "Timestamp", "EventId" FROM "Notes"'
+            'INSERT INTO "NoteRefs" SELECT 1, "ShardId", "Timestamp", "EventId" FROM "MirrorNotes"'
         )
     with engine.begin() as c, pytest.raises(sa.exc.IntegrityError):
         c.execute(sa.delete(t).where(t.c.EventId == "kept"))

@@ -7,7 +7,7 @@ insert and bulk UPDATE by primary key, Core insert single, executemany and multi
 VALUES, Core update/delete by WHERE, by IN and executemany, upserts (SQLite: OR IGNORE,
 DO NOTHING, DO UPDATE; Spanner: insert_or_ignore, insert_or_update), key-changing UPDATEs
 (SQLite; Spanner refuses to update a key column), SQL defaults (``Noted``, ``Token``).
-Two successors: ``Notes16``, whose key follows from the old key, and ``Logs16``, whose
+Two successors: ``MirrorNotes16``, whose key follows from the old key, and ``MirrorLogs16``, whose
 key is a shard of columns an UPDATE changes without touching the old key. Writes that
 collide on a key fail and roll back, as they would in an application."""
 

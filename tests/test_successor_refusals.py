@@ -50,11 +50,11 @@ ANYWHERE: list[tuple[str, Write, str]] = [
     ("where now()", lambda c: c.execute(sa.update(t).where(
         t.c.Noted < sa.func.now()).values(Kind="x")), "calls now()"),
     ("text insert", lambda c: c.execute(sa.text(
-        'INSERT INTO "Notes" ("ShardId", "Timestamp", "EventId") VALUES (1, 2, 3)')), "raw SQL"),
+        'INSERT INTO "MirrorNotes" ("ShardId", "EventId") VALUES (1, 3)')), "raw SQL"),
     ("text update", lambda c: c.execute(sa.text(
-        "UPDATE Notes SET Kind = 'x'")), "raw SQL"),
+        "UPDATE MirrorNotes SET Kind = 'x'")), "raw SQL"),
     ("driver sql delete", lambda c: c.exec_driver_sql(
-        "DELETE FROM `Notes` WHERE 1 = 1"), "raw SQL"),
+        "DELETE FROM `MirrorNotes` WHERE 1 = 1"), "raw SQL"),
     ("autocommit", lambda c: c.execution_options(isolation_level="AUTOCOMMIT").execute(
         sa.update(t).values(Kind="x")), "AUTOCOMMIT"),
 ]  # fmt: skip
@@ -107,7 +107,7 @@ def test_bulk_load_that_cannot_be_mirrored_is_refused(lite: sa.Engine) -> None:
 def test_a_raw_db_api_write_is_not_seen_and_verify_tables_finds_it(lite: sa.Engine) -> None:
     with lite.begin() as c:
         cursor = c.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
-        cursor.execute('UPDATE "Notes" SET "Kind" = \'raw\' WHERE "EventId" = \'a\'')
+        cursor.execute('UPDATE "MirrorNotes" SET "Kind" = \'raw\' WHERE "EventId" = \'a\'')
     assert compare_tables(lite, Note, Note16)["different"] == 1
     with lite.begin() as c:
         c.execute(sa.update(t).where(t.c.EventId == "a").values(Kind="a"))
