@@ -148,3 +148,13 @@ def test_refused_on_spanner_with_nothing_written(spanner_engine: sa.Engine) -> N
         bulk_load(engine, Log, [{"id": "l", "company_id": "c", "ts": T0}], mode="insert_or_update")
     assert assert_mirrored(engine, Note, Note16) == 2
     assert assert_mirrored(engine, Log, Log16) == 0
+
+
+def test_raw_sql_is_refused_only_where_the_successor_exists() -> None:
+    """Raw SQL names a table by name alone: in a database without the successor, a table
+    of that name is another table, and its raw writes go through."""
+    engine = sa.create_engine("sqlite://")
+    t.to_metadata(sa.MetaData()).create(engine)
+    with engine.begin() as c:
+        c.execute(sa.text("INSERT INTO MirrorNotes (ShardId, Timestamp, EventId) VALUES (1, 2, 3)"))
+        assert c.execute(sa.text("SELECT COUNT(*) FROM MirrorNotes")).scalar() == 1

@@ -30,6 +30,7 @@ pays one dictionary look-up per statement.
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,6 +40,7 @@ from sqlalchemy.sql.dml import Delete, Insert, Update
 from sqlalchemy.sql.elements import TextClause
 
 from sharded_orm.errors import ShardConfigError, SuccessorWriteError
+from sharded_orm.spanner import is_spanner
 from sharded_orm.write.mirror_io import Key, mirror, normaliser, old_key, read_keys, read_where
 from sharded_orm.write.mirror_rules import (
     MIRROR_OK,
@@ -235,13 +237,36 @@ def _before_cursor_execute(
     if not olds or (context is not None and context.execution_options.get(MIRROR_OK)):
         return
     hit = raw_writes(statement, {t.name.lower() for t in olds})
-    if hit:
+    named = [t for t in olds if hit and t.name.lower() == hit[0].lower()]
+    if any(_successor_here(conn, successor_of(t)) for t in named):
         raise ShardConfigError(
             f"raw SQL writes {hit[0]}, which has a successor table (a key reshard is under "
             "way): it cannot be mirrored. Write it with insert()/update()/delete() on the "
             "table or model, or, if the same transaction writes the successor itself, run "
             f"it with execution_options({MIRROR_OK}=True). Statement: {statement[:200]!r}"
         )
+
+
+#: engine -> names of successor tables found in its database
+_present: weakref.WeakKeyDictionary[Engine, set[str]] = weakref.WeakKeyDictionary()
+
+
+def _successor_here(conn: Connection, new: sa.Table | None) -> bool:
+    """Whether ``new`` exists in this connection's database: raw SQL names its table by
+    name only, and a process may talk to databases where that name is another table."""
+    if new is None:
+        return False
+    seen = _present.setdefault(conn.engine, set())
+    if new.name not in seen:
+        if is_spanner(conn.dialect):  # INFORMATION_SCHEMA is not read in a transaction
+            with conn.engine.connect() as other:
+                found = conn.dialect.has_table(other, new.name, schema=new.schema)
+        else:
+            found = conn.dialect.has_table(conn, new.name, schema=new.schema)
+        if not found:
+            return False
+        seen.add(new.name)
+    return True
 
 
 def _check_commit(conn: Connection) -> None:
