@@ -20,6 +20,8 @@ __all__ = ["Key", "copy_stmt", "mirror", "normaliser", "old_key", "read_keys", "
 #: key columns per read-back statement stay under this many bound values (Spanner
 #: takes 950 parameters a statement, old SQLite 999)
 _MAX_PARAMS = 600
+#: values per multi-row INSERT into the successor (Spanner takes 950 parameters)
+_MAX_VALUES = 900
 Key = tuple[Any, ...]
 
 
@@ -88,48 +90,62 @@ _RAW_SQL_OK = "sharded_orm_raw_sql_ok"
 
 
 def copy_stmt(dialect: Any, mp: MirrorPlan) -> tuple[Any, list[Any]]:
-    """The upsert of one old row into the successor, by the successor's primary key
-    alone (no other row is ever replaced; a unique index refuses it loudly): the values
-    are copied by the database from the old row (``INSERT ... SELECT``), so what the
-    successor holds is what the old table holds, to the byte; the new shards are
-    parameters (``:s_i``), the old key too (``:k_j``). Also the shards it sends."""
+    """SQLite: the upsert of one old row into the successor, by the successor's primary
+    key alone (no other row is ever replaced; a unique index refuses it loudly), its
+    values copied by the database from the old row (``INSERT ... SELECT``): SQLite keeps a
+    value a SQL default made in its own text form, which a value read into Python and
+    written back would not keep. The new shards are parameters (``:s_i``), the old key
+    too (``:k_j``). Returns the statement and the shards it sends."""
     cached = _copies.setdefault(mp.new, {})
     hit = cached.get(dialect.name)
     if hit is not None:
         return hit  # type: ignore[no-any-return]
-    spanner = is_spanner(dialect)
-    if not spanner and dialect.name != "sqlite":
-        raise UnsupportedOnDialectError(
-            f"{mp.old.name} has a successor ({mp.new.name}): its writes are mirrored by an "
-            "upsert on the primary key, which sharded-orm does on Spanner and SQLite only, "
-            f"not {dialect.name}. Copy with copy_table after the writes instead."
-        )
     prep = dialect.identifier_preparer
-    shards = [sc for sc in mp.shards if not (sc.server_side and spanner)]
+    shards = list(mp.shards)
     names = [sc.name for sc in shards] + [mp.new.c[n].name for _, n in mp.copied]
     picked = [f":s_{i}" for i in range(len(shards))] + [
         prep.quote(mp.old.c[o].name) for o, _ in mp.copied
     ]
     where = " AND ".join(f"{prep.quote(c.name)} = :k_{j}" for j, c in enumerate(mp.old_key))
-    sql = (
-        f"INSERT{' OR UPDATE' if spanner else ''} INTO {prep.format_table(mp.new)} "
-        f"({', '.join(prep.quote(n) for n in names)}) SELECT {', '.join(picked)} "
-        f"FROM {prep.format_table(mp.old)} WHERE {where}"
+    key = [c.name for c in mp.new.primary_key.columns]
+    rest = [prep.quote(n) for n in names if n not in key]
+    action = (
+        ("DO UPDATE SET " + ", ".join(f"{n} = excluded.{n}" for n in rest))
+        if rest
+        else ("DO NOTHING")
     )
-    if not spanner:
-        key = [c.name for c in mp.new.primary_key.columns]
-        rest = [prep.quote(n) for n in names if n not in key]
-        action = (
-            ("DO UPDATE SET " + ", ".join(f"{n} = excluded.{n}" for n in rest))
-            if rest
-            else "DO NOTHING"
-        )
-        sql += f" ON CONFLICT ({', '.join(prep.quote(n) for n in key)}) {action}"
+    sql = (
+        f"INSERT INTO {prep.format_table(mp.new)} ({', '.join(prep.quote(n) for n in names)}) "
+        f"SELECT {', '.join(picked)} FROM {prep.format_table(mp.old)} WHERE {where} "
+        f"ON CONFLICT ({', '.join(prep.quote(n) for n in key)}) {action}"
+    )
     binds = [sa.bindparam(f"s_{i}", type_=sc.column.type) for i, sc in enumerate(shards)]
     binds += [sa.bindparam(f"k_{j}", type_=c.type) for j, c in enumerate(mp.old_key)]
     stmt = sa.text(sql).bindparams(*binds).execution_options(**{_RAW_SQL_OK: True, MIRROR_OK: True})
     cached[dialect.name] = (stmt, shards)
     return stmt, shards
+
+
+def _copy_sqlite(conn: Connection, mp: MirrorPlan, rows: list[dict[str, Any]]) -> None:
+    stmt, shards = copy_stmt(conn.dialect, mp)
+    params = []
+    for row in rows:
+        new = mp.new_row(row)
+        p = {f"s_{i}": sc.compute([new[k] for k in sc.source_keys]) for i, sc in enumerate(shards)}
+        p.update((f"k_{j}", row[c.key]) for j, c in enumerate(mp.old_key))
+        params.append(p)
+    conn.execute(stmt, params)
+
+
+def _copy_spanner(conn: Connection, mp: MirrorPlan, rows: list[dict[str, Any]]) -> None:
+    """Spanner: the rows read back, written as they were read (Spanner's types come back
+    exactly as stored), ``INSERT OR UPDATE`` by the successor's primary key (a unique
+    index refuses it loudly), one multi-row statement per 900 values; the engine hook
+    computes the new shards."""
+    per = max(1, _MAX_VALUES // max(1, len(mp.copied)))
+    stmt = sa.insert(mp.new).prefix_with("OR UPDATE")
+    for i in range(0, len(rows), per):
+        conn.execute(stmt.values([mp.new_row(r) for r in rows[i : i + per]]))
 
 
 def mirror(
@@ -170,14 +186,13 @@ def mirror(
             ],
         )
     if after:
-        stmt, shards = copy_stmt(conn.dialect, mp)
-        params = []
-        for row in after.values():
-            new = mp.new_row(row)
-            p = {
-                f"s_{i}": sc.compute([new[k] for k in sc.source_keys])
-                for i, sc in enumerate(shards)
-            }
-            p.update((f"k_{j}", row[c.key]) for j, c in enumerate(mp.old_key))
-            params.append(p)
-        conn.execute(stmt, params)
+        if is_spanner(conn.dialect):
+            _copy_spanner(conn, mp, list(after.values()))
+        elif conn.dialect.name == "sqlite":
+            _copy_sqlite(conn, mp, list(after.values()))
+        else:
+            raise UnsupportedOnDialectError(
+                f"{mp.old.name} has a successor ({mp.new.name}): its writes are mirrored by "
+                "an upsert on the primary key, which sharded-orm does on Spanner and SQLite "
+                f"only, not {conn.dialect.name}. Copy with copy_table after the writes instead."
+            )
