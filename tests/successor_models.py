@@ -127,3 +127,27 @@ def assert_mirrored(engine: sa.Engine, old: Any, new: Any) -> int:
     report = verify(engine, new, progress_mode="off")
     assert report.ok, report.as_dict()
     return report.rows_checked
+
+
+def serial() -> tuple[Any, Any, sa.MetaData]:
+    """``MirrorSerial``: an integer key the database makes (SQLite's ROWID), its successor
+    keyed ``(Shard16, Id)``."""
+
+    class Base(DeclarativeBase):
+        pass
+
+    class Serial(Base):
+        __tablename__ = "MirrorSerial"
+        id: Mapped[int] = mapped_column("Id", sa.Integer, primary_key=True, autoincrement=True)
+        body: Mapped[str | None] = mapped_column("Body", sa.String(40))
+
+    class Serial16(Base):
+        __tablename__ = "MirrorSerial16"
+        shard16: Mapped[int] = shard_column(
+            "id", count=16, name="Shard16", primary_key=True, sort_order=-10
+        )
+        id: Mapped[int] = mapped_column("Id", sa.Integer, primary_key=True, autoincrement=False)
+        body: Mapped[str | None] = mapped_column("Body", sa.String(40))
+
+    declare_successor(Serial, Serial16)
+    return Serial, Serial16, Base.metadata

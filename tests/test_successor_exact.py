@@ -13,7 +13,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.orm import Session
-from successor_models import assert_mirrored, logs, notes, unique
+from successor_models import assert_mirrored, logs, notes, serial, unique
 
 from sharded_orm import ShardConfigError, declare_successor
 from sharded_orm.errors import SuccessorWriteError
@@ -24,11 +24,12 @@ HOUR = dt.timedelta(hours=1)
 Note, Note16, NOTES = notes()
 Log, Log16, LOGS = logs()
 Tag, Tag16, TAGS = unique()
+Serial, Serial16, SERIALS = serial()
 
 
 @pytest.fixture
 def db(engine: sa.Engine) -> sa.Engine:
-    for md in (NOTES, LOGS, TAGS):
+    for md in (NOTES, LOGS, TAGS, SERIALS):
         md.create_all(engine)
     return engine
 
@@ -58,6 +59,19 @@ def test_an_update_that_changes_the_key_moves_the_successor_row() -> None:
         n.event_id, n.timestamp = "a3", T0 + 2 * HOUR
     assert assert_mirrored(engine, Note, Note16) == 4
     assert sorted(_kinds(engine, Note16)) == ["a3", "b", "c2", "d2"]
+
+
+@pytest.mark.emulator
+def test_spanner_refuses_an_update_of_a_key_column_and_both_tables_stay(
+    spanner_engine: sa.Engine,
+) -> None:
+    NOTES.create_all(spanner_engine)
+    t = Note.__table__
+    with spanner_engine.begin() as c:
+        c.execute(sa.insert(t), [{"Timestamp": T0, "EventId": "a", "Kind": "a"}])
+    with pytest.raises(sa.exc.DatabaseError), spanner_engine.begin() as c:
+        c.execute(sa.update(t).where(t.c.EventId == "a").values(EventId="a2"))
+    assert assert_mirrored(spanner_engine, Note, Note16) == 1
 
 
 def test_an_update_of_a_new_key_source_moves_the_successor_row(db: sa.Engine) -> None:
@@ -222,3 +236,16 @@ def test_a_statement_that_fails_changes_neither_table() -> None:
     with engine.begin() as c, pytest.raises(sa.exc.IntegrityError):
         c.execute(sa.delete(t).where(t.c.EventId == "kept"))
     assert assert_mirrored(engine, Note, Note16) == 1
+
+
+def test_a_key_the_database_makes_is_read_back_where_sqlalchemy_reports_it(
+    db: sa.Engine,
+) -> None:
+    with Session(db) as s, s.begin():
+        s.add(Serial(body="one"))
+    with Session(db) as s, s.begin():  # the ORM's return_defaults(): keys reported
+        s.add_all([Serial(body="a"), Serial(body="b")])
+    assert assert_mirrored(db, Serial, Serial16) == 3
+    with pytest.raises(ShardConfigError, match="does not report it"), db.begin() as c:
+        c.execute(sa.insert(Serial.__table__), [{"Body": "x"}, {"Body": "y"}])
+    assert assert_mirrored(db, Serial, Serial16) == 3

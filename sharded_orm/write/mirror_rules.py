@@ -284,18 +284,32 @@ def _insert_shape(conn: Any, elem: Insert, mp: MirrorPlan, rows: list[Any]) -> S
                 )
         elif (rows and all(c.key in r for r in rows)) or _python_default(c):
             continue
-        elif len(rows) > 1 or getattr(elem, "_returning", None):
+        elif _reported(conn, elem, rows):
+            database_key = True
+        else:
             raise _refuse(
                 table,
                 f"the database fills the key column {c.key!r} of these rows "
-                "and does not report it (executemany or returning())",
-                "Insert one row at a time without returning(), or give the keys.",
+                "and SQLAlchemy does not report it (executemany without return_defaults(), "
+                "or returning())",
+                "Insert one row at a time, add .return_defaults(), or give the keys.",
             )
-        else:
-            database_key = True
     if upsert == "update" and not mp.follows_key and database_key:
         raise _refuse(table, "an upsert without its key cannot be followed", "Give the key.")
     return Shape("insert", upsert, database_key=database_key)
+
+
+def _reported(conn: Any, elem: Insert, rows: list[Any]) -> bool:
+    """SQLAlchemy reports the keys the database made (``inserted_primary_key_rows``): a
+    single row, or ``return_defaults()`` (the ORM's) where the dialect returns them for
+    executemany; never with the application's own ``returning()``."""
+    if getattr(elem, "_returning", None):  # SQLAlchemy keeps returning() here
+        return False
+    if len(rows) <= 1:
+        return True
+    return bool(getattr(elem, "_return_defaults", False)) and bool(
+        getattr(conn.dialect, "insert_executemany_returning", False)
+    )
 
 
 def _python_default(c: sa.Column[Any]) -> bool:
