@@ -27,7 +27,6 @@ key set to SQL, raw SQL (``text()``, ``exec_driver_sql``) writing the table, a
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,7 +42,7 @@ from sharded_orm.spanner import is_spanner
 from sharded_orm.write.sql import MISSING, literal_value, statement_values
 from sharded_orm.write.successor_plan import MirrorPlan
 
-__all__ = ["MIRROR_OK", "Shape", "check_statement", "check_transaction", "raw_writes"]
+__all__ = ["MIRROR_OK", "Shape", "check_statement", "refusal"]
 
 #: Execution option for raw SQL that writes a table with a successor and writes the
 #: successor itself in the same transaction: ``text(...).execution_options(
@@ -123,7 +122,7 @@ class Shape:
     database_key: bool = False
 
 
-def _refuse(table: sa.Table, what: str, fix: str) -> ShardConfigError:
+def refusal(table: sa.Table, what: str, fix: str) -> ShardConfigError:
     return ShardConfigError(
         f"{table.name} has a successor table (a key reshard is under way) and {what}, so "
         f"the successor cannot be given what {table.name} holds afterwards. {fix}"
@@ -150,7 +149,7 @@ def _check_where(where: Any, table: sa.Table, verb: str) -> None:
         if isinstance(e, el.ColumnClause):
             if not _own_column(e, table):
                 other = getattr(getattr(e, "table", None), "name", None) or str(e)
-                raise _refuse(
+                raise refusal(
                     table,
                     f"this {verb.upper()}'s WHERE names {other!r} (a join, "
                     "UPDATE ... FROM or SQL text)",
@@ -158,7 +157,7 @@ def _check_where(where: Any, table: sa.Table, verb: str) -> None:
                 )
             continue
         if isinstance(e, (SelectBase, ScalarSelect, Exists)):
-            raise _refuse(
+            raise refusal(
                 table,
                 f"this {verb.upper()}'s WHERE holds a subquery, whose rows "
                 "may differ between the read that finds the rows and the statement",
@@ -167,7 +166,7 @@ def _check_where(where: Any, table: sa.Table, verb: str) -> None:
         if isinstance(e, FunctionElement):
             name = str(getattr(e, "name", "")).lower()
             if name not in _SAME_TWICE:
-                raise _refuse(
+                raise refusal(
                     table,
                     f"this {verb.upper()}'s WHERE calls {name or e}(), "
                     "which may answer differently when run twice (the read that "
@@ -175,7 +174,7 @@ def _check_where(where: Any, table: sa.Table, verb: str) -> None:
                     fix,
                 )
         elif not isinstance(e, _PLAIN):
-            raise _refuse(
+            raise refusal(
                 table,
                 f"this {verb.upper()}'s WHERE holds {type(e).__name__}, "
                 "not a shape the mirror proves",
@@ -247,7 +246,7 @@ def _prefixes(elem: Any, dialect: Any) -> list[str]:
 def _insert_shape(conn: Any, elem: Insert, mp: MirrorPlan, rows: list[Any]) -> Shape:
     table, spanner = mp.old, is_spanner(conn.dialect)
     if elem.select is not None:
-        raise _refuse(
+        raise refusal(
             table,
             "an INSERT ... FROM SELECT writes rows whose keys the client never sees",
             "Insert the rows as parameters (conn.execute(insert(t), rows)) until the contract.",
@@ -257,7 +256,7 @@ def _insert_shape(conn: Any, elem: Insert, mp: MirrorPlan, rows: list[Any]) -> S
         if p == "OR IGNORE" or (p == "OR UPDATE" and spanner):
             upsert = "ignore" if p == "OR IGNORE" else "update"
         else:
-            raise _refuse(
+            raise refusal(
                 table,
                 f"INSERT {p} may change rows at other keys than its own "
                 "(OR REPLACE deletes every row a unique index conflicts with)",
@@ -276,7 +275,7 @@ def _insert_shape(conn: Any, elem: Insert, mp: MirrorPlan, rows: list[Any]) -> S
     for c in mp.old_key:
         if c.key in values:
             if literal_value(values[c.key]) is MISSING:
-                raise _refuse(
+                raise refusal(
                     table,
                     f"the INSERT sets the key column {c.key!r} to SQL, "
                     "which the client cannot read back by",
@@ -287,7 +286,7 @@ def _insert_shape(conn: Any, elem: Insert, mp: MirrorPlan, rows: list[Any]) -> S
         elif _reported(conn, elem, rows):
             database_key = True
         else:
-            raise _refuse(
+            raise refusal(
                 table,
                 f"the database fills the key column {c.key!r} of these rows "
                 "and SQLAlchemy does not report it (executemany without return_defaults(), "
@@ -295,7 +294,7 @@ def _insert_shape(conn: Any, elem: Insert, mp: MirrorPlan, rows: list[Any]) -> S
                 "Insert one row at a time, add .return_defaults(), or give the keys.",
             )
     if upsert == "update" and not mp.follows_key and database_key:
-        raise _refuse(table, "an upsert without its key cannot be followed", "Give the key.")
+        raise refusal(table, "an upsert without its key cannot be followed", "Give the key.")
     return Shape("insert", upsert, database_key=database_key)
 
 
@@ -326,14 +325,14 @@ def _on_conflict(clause: Any, mp: MirrorPlan) -> str:
         + "], set_={...}) without key columns in set_."
     )
     if kind != "OnConflictDoUpdate":
-        raise _refuse(table, f"its {kind} clause is not one the mirror knows", fix)
+        raise refusal(table, f"its {kind} clause is not one the mirror knows", fix)
     target = {getattr(c, "name", c) for c in getattr(clause, "inferred_target_elements", ()) or ()}
     pk_name = mp.old.primary_key.name
     on_key = target == {c.name for c in mp.old_key} or (
         pk_name is not None and getattr(clause, "constraint_target", None) == pk_name
     )
     if not on_key or getattr(clause, "inferred_target_whereclause", None) is not None:
-        raise _refuse(
+        raise refusal(
             table,
             "this upsert's conflict target is not the primary key (it "
             "updates a row at another key than the one it sends)",
@@ -343,7 +342,7 @@ def _on_conflict(clause: Any, mp: MirrorPlan) -> str:
     items = sets.items() if isinstance(sets, dict) else sets
     keys = {getattr(k, "key", k) for k, _ in items}
     if keys & {c.key for c in mp.old_key}:
-        raise _refuse(table, "this upsert's DO UPDATE sets a key column", fix)
+        raise refusal(table, "this upsert's DO UPDATE sets a key column", fix)
     return "update"
 
 
@@ -355,7 +354,7 @@ def _multi_keys(elem: Insert, mp: MirrorPlan) -> tuple[tuple[Any, ...], ...]:
             by_key = {getattr(k, "key", k): v for k, v in row.items()}
             key = tuple(literal_value(by_key.get(c.key, MISSING)) for c in mp.old_key)
             if any(v is MISSING for v in key):
-                raise _refuse(
+                raise refusal(
                     mp.old,
                     "a row of this multi-row VALUES list has no key value "
                     "(or a SQL one) to read it back by",
@@ -368,7 +367,7 @@ def _multi_keys(elem: Insert, mp: MirrorPlan) -> tuple[tuple[Any, ...], ...]:
 
 
 def _commit_ts(table: sa.Table, key: Any) -> ShardConfigError:
-    return _refuse(
+    return refusal(
         table,
         f"it sets {key!r} to PENDING_COMMIT_TIMESTAMP(), which Spanner "
         "cannot read back in the same transaction",
@@ -393,7 +392,7 @@ def check_statement(conn: Any, elem: Any, mp: MirrorPlan, rows: list[Any]) -> Sh
         for k, v in values.items():
             others = _names_outside_subqueries(v, table)
             if others:
-                raise _refuse(
+                raise refusal(
                     table,
                     f"this UPDATE sets {k!r} from {others[0]} (UPDATE ... FROM)",
                     "Read the values first, then update by key.",
@@ -401,19 +400,19 @@ def check_statement(conn: Any, elem: Any, mp: MirrorPlan, rows: list[Any]) -> Sh
         first = rows[0] if rows else {}
         for c in mp.old_key:
             if c.key in values and literal_value(values[c.key]) is MISSING:
-                raise _refuse(
+                raise refusal(
                     table,
                     f"this UPDATE sets the key column {c.key!r} to SQL, so its new key is unknown",
                     "Set the key to a value.",
                 )
             if c.onupdate is not None and not (c.onupdate.is_scalar or c.onupdate.is_callable):
-                raise _refuse(
+                raise refusal(
                     table,
                     f"the key column {c.key!r} has a SQL onupdate",
                     "Give the key column a Python onupdate, or none.",
                 )
             if c.server_onupdate is not None:
-                raise _refuse(
+                raise refusal(
                     table,
                     f"the key column {c.key!r} has a server onupdate",
                     "Drop it until the contract.",
@@ -422,39 +421,3 @@ def check_statement(conn: Any, elem: Any, mp: MirrorPlan, rows: list[Any]) -> Sh
                 sets.append(c.key)
     binds, exact = _key_binds(where, table, mp) if where is not None else (None, False)
     return Shape(verb, key_binds=binds, exact=exact, sets_key=tuple(sets))
-
-
-def check_transaction(conn: Any, table: sa.Table, batch_dml: bool) -> None:
-    """Refuse a write the mirror could not put in the same transaction."""
-    level = conn.get_execution_options().get("isolation_level") or getattr(
-        conn.dialect, "isolation_level", None
-    )
-    dbapi = conn.connection.dbapi_connection if is_spanner(conn.dialect) else None
-    mode = getattr(getattr(dbapi, "autocommit_dml_mode", None), "name", "")
-    if level == "AUTOCOMMIT" or getattr(dbapi, "autocommit", False) is True:
-        what = "Partitioned DML" if mode == "PARTITIONED_NON_ATOMIC" else "AUTOCOMMIT"
-        raise _refuse(
-            table,
-            f"this connection writes in {what}, where each statement commits alone",
-            "Write it in a transaction (engine.begin(), Session.begin()).",
-        )
-    if batch_dml:
-        raise _refuse(
-            table,
-            "Spanner's batch DML (START BATCH DML) holds its statements "
-            "back until RUN BATCH, so they cannot be read back",
-            "Run these writes outside the batch.",
-        )
-
-
-_WRITE = re.compile(
-    r"\b(?:insert(?:\s+or\s+\w+)?\s+into|replace\s+into|update|delete(?:\s+from)?|"
-    r"merge\s+into)\s+(?:[`\"\[]?\w+[`\"\]]?\s*\.\s*)?[`\"\[]?(\w+)",
-    re.IGNORECASE,
-)
-
-
-def raw_writes(sql: str, names: set[str]) -> list[str]:
-    """Names among ``names`` (lower case) that raw SQL text inserts into, updates or
-    deletes from."""
-    return [m for m in _WRITE.findall(sql) if m.lower() in names]

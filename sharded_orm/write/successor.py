@@ -30,6 +30,7 @@ pays one dictionary look-up per statement.
 
 from __future__ import annotations
 
+import re
 import weakref
 from dataclasses import dataclass, field
 from typing import Any
@@ -42,13 +43,7 @@ from sqlalchemy.sql.elements import TextClause
 from sharded_orm.errors import ShardConfigError, SuccessorWriteError
 from sharded_orm.spanner import is_spanner
 from sharded_orm.write.mirror_io import Key, mirror, normaliser, old_key, read_keys, read_where
-from sharded_orm.write.mirror_rules import (
-    MIRROR_OK,
-    Shape,
-    check_statement,
-    check_transaction,
-    raw_writes,
-)
+from sharded_orm.write.mirror_rules import MIRROR_OK, Shape, check_statement, refusal
 from sharded_orm.write.sql import literal_value, statement_values
 from sharded_orm.write.successor_plan import (
     SUCCESSOR_KEY,
@@ -119,7 +114,7 @@ def _before_execute(
     mp = plan(*target)
     st = _state(conn)
     rows = list(multiparams) if multiparams else [params or {}]
-    check_transaction(conn, mp.old, st.batch_dml)
+    _check_transaction(conn, mp.old, st.batch_dml)
     shape = check_statement(conn, elem, mp, rows)
     if st.failed is not None:
         raise SuccessorWriteError(st.failed)
@@ -223,6 +218,42 @@ def _apply(conn: Connection, p: _Pending, elem: Any, result: Any) -> None:
 # ------------------------------------------------------------------ raw SQL, transactions
 
 
+def _check_transaction(conn: Any, table: sa.Table, batch_dml: bool) -> None:
+    """Refuse a write the mirror could not put in the same transaction."""
+    level = conn.get_execution_options().get("isolation_level") or getattr(
+        conn.dialect, "isolation_level", None
+    )
+    dbapi = conn.connection.dbapi_connection if is_spanner(conn.dialect) else None
+    mode = getattr(getattr(dbapi, "autocommit_dml_mode", None), "name", "")
+    if level == "AUTOCOMMIT" or getattr(dbapi, "autocommit", False) is True:
+        what = "Partitioned DML" if mode == "PARTITIONED_NON_ATOMIC" else "AUTOCOMMIT"
+        raise refusal(
+            table,
+            f"this connection writes in {what}, where each statement commits alone",
+            "Write it in a transaction (engine.begin(), Session.begin()).",
+        )
+    if batch_dml:
+        raise refusal(
+            table,
+            "Spanner's batch DML (START BATCH DML) holds its statements "
+            "back until RUN BATCH, so they cannot be read back",
+            "Run these writes outside the batch.",
+        )
+
+
+_WRITE = re.compile(
+    r"\b(?:insert(?:\s+or\s+\w+)?\s+into|replace\s+into|update|delete(?:\s+from)?|"
+    r"merge\s+into)\s+(?:[`\"\[]?\w+[`\"\]]?\s*\.\s*)?[`\"\[]?(\w+)",
+    re.IGNORECASE,
+)
+
+
+def _raw_writes(sql: str, names: set[str]) -> list[str]:
+    """Names among ``names`` (lower case) that raw SQL text inserts into, updates or
+    deletes from."""
+    return [m for m in _WRITE.findall(sql) if m.lower() in names]
+
+
 def _before_cursor_execute(
     conn: Connection, cursor: Any, statement: str, parameters: Any, context: Any, many: bool
 ) -> None:
@@ -236,7 +267,7 @@ def _before_cursor_execute(
     olds = old_tables()
     if not olds or (context is not None and context.execution_options.get(MIRROR_OK)):
         return
-    hit = raw_writes(statement, {t.name.lower() for t in olds})
+    hit = _raw_writes(statement, {t.name.lower() for t in olds})
     named = [t for t in olds if hit and t.name.lower() == hit[0].lower()]
     if any(_successor_here(conn, successor_of(t)) for t in named):
         raise ShardConfigError(
