@@ -361,3 +361,11 @@ def listen(engine: Engine) -> None:
     sa.event.listen(engine, "savepoint", _savepoint)
     sa.event.listen(engine, "release_savepoint", _release)
     sa.event.listen(engine, "rollback_savepoint", _rollback_to)
+    sa.event.listen(engine, "reset", _pool_reset)  # returned to the pool, rolled back there
+
+
+def _pool_reset(dbapi_connection: Any, record: Any, reset_state: Any) -> None:
+    st = record.info.get(_STATE) if record is not None else None
+    if st is not None:
+        st.pending.clear()
+        st.failed, st.savepoints, st.batch_dml = None, [], False
