@@ -116,14 +116,21 @@ def unique() -> tuple[Any, Any, sa.MetaData]:
 
 
 def assert_mirrored(engine: sa.Engine, old: Any, new: Any) -> int:
-    """``op.verify_tables``' comparison (``compare_tables``: row for row, every shared
-    column) finds the tables equal, and every shard of ``new`` is right (``verify``);
-    returns the row count."""
+    """``op.verify_tables`` (``compare_tables``: row for row, every shared column) finds
+    the tables equal, and every shard of ``new`` is right (``verify``); returns the row
+    count."""
+    from alembic.migration import MigrationContext
+    from alembic.operations import Operations
+
+    import alembic_ext.ops  # noqa: F401 (registers op.verify_tables)
     from sharded_orm.load.copy import compare_tables
     from sharded_orm.load.verify import verify
 
     diff = compare_tables(engine, old, new)
     assert diff == {"missing_in_target": 0, "missing_in_source": 0, "different": 0}, diff
+    with engine.connect() as conn:
+        ctx = MigrationContext.configure(conn, opts={"target_metadata": old.metadata})
+        Operations(ctx).verify_tables(old.__tablename__, new.__tablename__)
     report = verify(engine, new, progress_mode="off")
     assert report.ok, report.as_dict()
     return report.rows_checked

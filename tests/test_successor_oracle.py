@@ -1,5 +1,5 @@
 """The dual-write oracle: generated writes through every path, with a successor declared,
-then ``compare_tables`` (what ``op.verify_tables`` runs) finds both tables equal row for
+then ``op.verify_tables`` (``compare_tables``) finds both tables equal row for
 row and ``verify`` finds every shard of the successor right.
 
 Paths: ORM add/flush, change and delete of objects (a key change too on SQLite), ORM bulk
