@@ -104,6 +104,31 @@ def _check_arguments(bind: Any, workers: Any, batch_bytes: Any, mode: Any, seed:
         raise ShardConfigError(f"commit_timeout must be in (0, 3600] s, got {commit_timeout}")
 
 
+def _check_successor(table: sa.Table, mode: str, on_spanner: bool) -> None:
+    """A load is mirrored exactly when each row's successor row follows from the row
+    alone: always for ``insert``; for ``insert_or_update`` only through Spanner's
+    mutations (elsewhere it is INSERT OR REPLACE, which deletes the rows a unique index
+    conflicts with) and when the new key follows from the old key (a row loaded over
+    another would move in the successor, and a mutation cannot delete its old place)."""
+    successor = successor_of(table)
+    if successor is None or mode != "insert_or_update":
+        return
+    if not on_spanner or not mirror_plan(table, successor).follows_key:
+        why = (
+            "off Spanner it is INSERT OR REPLACE, which deletes any row a unique index "
+            "conflicts with"
+            if not on_spanner
+            else f"{successor.name}'s key depends on columns a loaded row may change, and "
+            "a mutation cannot delete the row's old place there"
+        )
+        raise ShardConfigError(
+            f"bulk_load(mode='insert_or_update') into {table.name}, which has a successor "
+            f"({successor.name}, a key reshard under way), cannot be mirrored: {why}. Load "
+            "new rows with mode='insert' and change existing ones with update(), or load "
+            "before declare_successor (the copy then takes the rows across)."
+        )
+
+
 def bulk_load(
     bind: Any,
     model_or_table: Any,
@@ -174,6 +199,7 @@ def bulk_load(
         key_order = mutations_module.key_order
     # a key reshard's successor: written in the same commits (elsewhere the engine hook
     # mirrors the Core inserts)
+    _check_successor(table, mode, on_spanner)
     successor = successor_of(table) if on_spanner else None
     filled: list[dict[str, Any]] = []
     prep = prepare_rows(
