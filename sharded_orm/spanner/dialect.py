@@ -13,8 +13,9 @@ Fixes (sqlalchemy-spanner 1.20):
    interleave parent's name is quoted too.
 2. The dialect registers itself only as ``spanner.spanner`` and declares no
    ``construct_arguments``, so every ``spanner_*`` keyword warns "Can't validate argument"
-   and a misspelt one is silently kept. We declare the keywords it honours: unknown
-   ``spanner_*`` keywords raise ``ArgumentError``.
+   and a misspelt one is silently kept. We declare every keyword it honours (Table,
+   Index, Column and ForeignKey/ForeignKeyConstraint ones): unknown ``spanner_*`` keywords
+   raise ``ArgumentError``.
 3. ``select().with_hint(t, "@{FORCE_INDEX=ix}", dialect_name="spanner")`` is dropped (only
    ``spanner+spanner`` or ``*`` render). We accept both names.
 4. ``CREATE INDEX``: once the keywords are declared, the stock compiler would render
@@ -71,7 +72,15 @@ from typing import Any
 from google.api_core import exceptions as _api
 from google.cloud.spanner_dbapi import exceptions as _dbapi
 from google.cloud.sqlalchemy_spanner import sqlalchemy_spanner as _stock
-from sqlalchemy import Index, LargeBinary, Table, exc, literal_column
+from sqlalchemy import (
+    Column,
+    ForeignKeyConstraint,
+    Index,
+    LargeBinary,
+    Table,
+    exc,
+    literal_column,
+)
 from sqlalchemy.engine import Dialect
 from sqlalchemy.sql.compiler import DDLCompiler
 
@@ -294,9 +303,13 @@ class SpannerDialect(BoundReflection, _stock.SpannerDialect):  # type: ignore[mi
     # empty insert, which SQLAlchemy renders as ``() VALUES ()``, a syntax error on Spanner.
     supports_default_metavalue = True
     supports_empty_insert = False
+    # every keyword the stock dialect reads (tests/test_dialect_fixes.py finds them in its
+    # source): declaring any switches on SQLAlchemy's validation of all ``spanner_*`` ones
     construct_arguments = [
         (Table, {"interleave_in": None, "interleave_on_delete_cascade": False}),
         (Index, {"storing": None, "null_filtered": False, "interleave_in": None}),
+        (Column, {"allow_commit_timestamp": False, "exclude_from_returning": False}),
+        (ForeignKeyConstraint, {"not_enforced": False}),
     ]
     # ``sqlalchemy.commit_timeout = 30`` in an ini file (engine_from_config) is a number
     engine_config_types = {
