@@ -146,6 +146,8 @@ class SpannerIdentifierPreparer(_stock.SpannerIdentifierPreparer):  # type: igno
 
 
 class ShardedSpannerDDLCompiler(_stock.SpannerDDLCompiler):  # type: ignore[misc]
+    sharded_orm_dialect = True  # .stock.MARK: the DDL hooks keyed by dialect name defer to us
+
     # Every name a DDL statement renders goes through this preparer, so checking it here
     # covers tables, columns, indexes, sequences, constraints and interleave parents alike.
     @property
@@ -154,7 +156,10 @@ class ShardedSpannerDDLCompiler(_stock.SpannerDDLCompiler):  # type: ignore[misc
 
     @preparer.setter
     def preparer(self, value: Any) -> None:
-        self._ddl_preparer = value.for_ddl() if hasattr(value, "for_ddl") else value
+        if not isinstance(value, SpannerIdentifierPreparer):
+            # a stock dialect's (a stock engine's DDL that .stock gives our rendering)
+            value = SpannerIdentifierPreparer(self.dialect)
+        self._ddl_preparer = value.for_ddl()
 
     def post_create_table(self, table: Table) -> str:
         if "TEMPORARY" in table._prefixes:
@@ -292,6 +297,7 @@ class SpannerDialect(BoundReflection, _stock.SpannerDialect):  # type: ignore[mi
     """sqlalchemy-spanner's dialect with sharded-orm's fixes (see the module docstring)."""
 
     supports_statement_cache = True  # SQLAlchemy asks every subclass to say so itself
+    sharded_orm_dialect = True  # .stock.MARK: an engine on this class is one of ours
     ddl_compiler = ShardedSpannerDDLCompiler
     statement_compiler = ShardedSpannerSQLCompiler
     colspecs = {**_stock.SpannerDialect.colspecs, LargeBinary: _Base64Bytes}
