@@ -60,7 +60,19 @@ def constructs() -> dict[str, Any]:
             sa.ForeignKey("Venues.VenueId", name="FK_Venue", spanner_not_enforced=True),
         ),
     )
+    in_schema = sa.Table(
+        "Users",
+        md,
+        sa.Column("UserId", sa.BigInteger, primary_key=True, autoincrement=False),
+        sa.Column("Name", sa.String(16), index=True),
+        schema="app",
+    )
     return {
+        "table_in_schema": CreateTable(in_schema),
+        "index_in_schema": CreateIndex(next(iter(in_schema.indexes))),
+        "index_in_schema_storing": CreateIndex(
+            sa.Index("UsersByName", in_schema.c.Name, spanner_storing=["UserId"])
+        ),
         "table_commit_timestamp": CreateTable(parent),
         "table_interleaved": CreateTable(child),
         "table_fk_constraint_not_enforced": CreateTable(venues),

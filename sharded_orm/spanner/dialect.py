@@ -176,11 +176,16 @@ class ShardedSpannerDDLCompiler(_stock.SpannerDDLCompiler):  # type: ignore[misc
                 text += " ON DELETE CASCADE"
         return text
 
-    def visit_create_index(self, create: Any, **kw: Any) -> str:
+    def visit_create_index(
+        self, create: Any, include_schema: bool = True, include_table_schema: bool = True, **kw: Any
+    ) -> str:
         # The generic CREATE INDEX (columns, DESC), then Spanner's clauses. The stock
         # version iterates ``storing`` even when it is unset (None) once the keywords are
-        # declared, and would render an empty ``STORING ()``.
-        text: str = DDLCompiler.visit_create_index(self, create, **kw)  # type: ignore[no-untyped-call]
+        # declared, and would render an empty ``STORING ()``. As the stock one, the index
+        # of a table in a named schema is named in that schema (``schema.ix``).
+        text: str = DDLCompiler.visit_create_index(  # type: ignore[no-untyped-call]
+            self, create, include_schema, include_table_schema, **kw
+        )
         index = create.element
         options = index.dialect_options["spanner"]
         quote = self.preparer.quote
