@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import re
 import subprocess
 import sys
@@ -225,3 +226,35 @@ def test_every_keyword_renders_as_the_stock_dialect_renders_it() -> None:
             "PRIMARY KEY (`SingerId`, `AlbumId`),\nINTERLEAVE IN PARENT `Singers` ON DELETE CASCADE"
         )
     )
+
+
+STOCK_MODEL = """
+import sqlalchemy as sa
+
+md = sa.MetaData()
+sa.Table("singers", md, sa.Column("id", sa.String(36), primary_key=True))
+sa.Table(
+    "concerts",
+    md,
+    sa.Column("id", sa.String(36), primary_key=True),
+    sa.Column("singer_id", sa.String(36), sa.ForeignKey("singers.id", spanner_not_enforced=True)),
+    sa.Column("updated", sa.DateTime(timezone=True), spanner_allow_commit_timestamp=True),
+)
+"""
+
+
+def test_lint_reads_a_model_written_for_the_stock_dialect(tmp_path: Path) -> None:
+    """``sharded-orm lint`` imports the app's module: it failed at import too."""
+    (tmp_path / "stock_model.py").write_text(STOCK_MODEL)
+    cli = Path(sys.executable).parent / "sharded-orm"
+    out = subprocess.run(
+        [str(cli), "lint", "stock_model"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])},
+    )
+    assert "ArgumentError" not in out.stdout + out.stderr
+    assert out.returncode == 0, out.stderr
+    assert "0 errors" in out.stdout

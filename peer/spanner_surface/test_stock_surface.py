@@ -19,6 +19,7 @@ import pytest
 import sqlalchemy as sa
 from google.api_core.exceptions import GoogleAPICallError
 from google.cloud.spanner_dbapi.parsed_statement import AutocommitDmlMode
+from google.cloud.spanner_v1 import RequestOptions
 from google.cloud.sqlalchemy_spanner import sqlalchemy_spanner as spanner_dialect
 from google.cloud.sqlalchemy_spanner.dml import insert_or_ignore, insert_or_update
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
@@ -511,15 +512,18 @@ def test_request_and_transaction_tags(engine: sa.Engine) -> None:
 
     @sa.event.listens_for(engine, "before_cursor_execute")
     def record(conn: Any, cursor: Any, *args: Any) -> None:
-        seen.append((getattr(cursor, "request_tag", None), conn.connection.dbapi_connection))
+        driver = conn.connection.driver_connection
+        seen.append((getattr(cursor, "request_tag", None), driver.request_priority))
 
     tagged = engine.execution_options(transaction_tag="import-job", request_tag="insert-singer")
     with Session(tagged) as s:
         s.execute(t.insert(), [{"id": 1, "name": "a"}])
         s.commit()
-    with engine.connect().execution_options(request_tag="count") as conn:
+    low = RequestOptions.Priority.PRIORITY_LOW
+    with engine.connect().execution_options(request_tag="count", request_priority=low) as conn:
         assert conn.execute(sa.select(sa.func.count()).select_from(t)).scalar() == 1
     assert [tag for tag, _ in seen] == ["insert-singer", "count"]
+    assert seen[-1][1] == low
 
 
 @pytest.mark.parametrize("level", ["SERIALIZABLE", "REPEATABLE READ", "AUTOCOMMIT"])

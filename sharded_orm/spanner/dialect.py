@@ -6,6 +6,10 @@ in SQLAlchemy's dialect registry, the public hook for this. Each fix is an overr
 subclass, never a patch of the stock classes, and ``tests/test_dialect_fixes.py`` checks
 that the stock dialect still has each gap, so we learn when upstream fixes one.
 
+An engine on the stock class (made before ``import sharded_orm``, or on a stock dialect
+the app registered itself) gets what needs no dialect class and is refused the rest:
+``.stock``. What changes for an app, and why: docs/dialect.md.
+
 Fixes (sqlalchemy-spanner 1.20):
 
 1. ``PRIMARY KEY (...)`` lists column names unquoted and has no DESC parts: we quote them
