@@ -18,10 +18,13 @@ import subprocess
 import sys
 import warnings
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
 from google.cloud.sqlalchemy_spanner import sqlalchemy_spanner as stock
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from sqlalchemy.sql.base import DialectKWArgs
 
 import sharded_orm  # noqa: F401  (registers our dialect, as an app importing the library)
@@ -258,3 +261,34 @@ def test_lint_reads_a_model_written_for_the_stock_dialect(tmp_path: Path) -> Non
     assert "ArgumentError" not in out.stdout + out.stderr
     assert out.returncode == 0, out.stderr
     assert "0 errors" in out.stdout
+
+
+CONSTRUCTS: dict[type[DialectKWArgs], Any] = {
+    sa.Column: lambda **kw: sa.Column("c", sa.Integer, **kw),
+    sa.Table: lambda **kw: sa.Table("t", sa.MetaData(), sa.Column("a", sa.Integer), **kw),
+    sa.Index: lambda **kw: sa.Index("ix", "a", **kw),
+    sa.ForeignKeyConstraint: lambda **kw: sa.ForeignKeyConstraint(["a"], ["p.a"], **kw),
+}
+DECLARED = {(cls, kw) for cls, args in SpannerDialect.construct_arguments for kw in args}
+ALL_KEYWORDS = sorted({kw for _, kw in DECLARED})
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.sampled_from(list(CONSTRUCTS)),
+    st.one_of(
+        st.sampled_from(ALL_KEYWORDS),
+        st.from_regex(r"[a-z][a-z_]{0,20}", fullmatch=True),
+    ),
+    st.one_of(st.booleans(), st.none(), st.just(["a"]), st.just("p")),
+)
+def test_a_keyword_is_accepted_exactly_where_the_stock_dialect_reads_it(
+    cls: type[DialectKWArgs], keyword: str, value: Any
+) -> None:
+    make = CONSTRUCTS[cls]
+    if (cls, keyword) in DECLARED:
+        made = make(**{f"spanner_{keyword}": value})
+        assert made.dialect_options["spanner"][keyword] == value
+    else:
+        with pytest.raises(sa.exc.ArgumentError, match=f"spanner_{keyword}"):
+            make(**{f"spanner_{keyword}": value})
