@@ -39,6 +39,7 @@ from sharded_orm.progress import progress
 from sharded_orm.retry import Deadline, RetryPolicy, retry_call
 from sharded_orm.schema.columns import shard_columns, table_of
 from sharded_orm.schema.keys import is_descending
+from sharded_orm.spanner.stock import refuse_stock
 from sharded_orm.write.successor import plan
 
 __all__ = [
@@ -158,6 +159,7 @@ def copy_table(
     call and ``call_timeout`` each read and commit."""
     from sharded_orm.spanner.mutations import RawSpanner, database_of
 
+    refuse_stock(bind.dialect, "copy_table()")  # its reads' deadlines are our dialect's
     src, dst = table_of(source), table_of(target)
     mp = plan(src, dst)
     copied = [src.c[o].name for o, _ in mp.copied]

@@ -33,6 +33,7 @@ from sharded_orm.read.order import (
     tables_of,
     without_options,
 )
+from sharded_orm.spanner.stock import refuse_stock
 
 
 @dataclass(frozen=True)
@@ -170,6 +171,7 @@ class MergeQuery:
                 )
         self.conn = conn
         self.dialect = conn.get_bind().dialect if isinstance(conn, Session) else conn.dialect
+        refuse_stock(self.dialect, "A sharded read (merged(), page())")
         # the FROMs of the branches (compiling the statement to find them costs about a
         # millisecond: once per read)
         froms = final_froms(stmt)

@@ -6,6 +6,10 @@ in SQLAlchemy's dialect registry, the public hook for this. Each fix is an overr
 subclass, never a patch of the stock classes, and ``tests/test_dialect_fixes.py`` checks
 that the stock dialect still has each gap, so we learn when upstream fixes one.
 
+An engine on the stock class (made before ``import sharded_orm``, or on a stock dialect
+the app registered itself) gets what needs no dialect class and is refused the rest:
+``.stock``. What changes for an app, and why: docs/dialect.md.
+
 Fixes (sqlalchemy-spanner 1.20):
 
 1. ``PRIMARY KEY (...)`` lists column names unquoted and has no DESC parts: we quote them
@@ -13,8 +17,9 @@ Fixes (sqlalchemy-spanner 1.20):
    interleave parent's name is quoted too.
 2. The dialect registers itself only as ``spanner.spanner`` and declares no
    ``construct_arguments``, so every ``spanner_*`` keyword warns "Can't validate argument"
-   and a misspelt one is silently kept. We declare the keywords it honours: unknown
-   ``spanner_*`` keywords raise ``ArgumentError``.
+   and a misspelt one is silently kept. We declare every keyword it honours (Table,
+   Index, Column and ForeignKey/ForeignKeyConstraint ones): unknown ``spanner_*`` keywords
+   raise ``ArgumentError``.
 3. ``select().with_hint(t, "@{FORCE_INDEX=ix}", dialect_name="spanner")`` is dropped (only
    ``spanner+spanner`` or ``*`` render). We accept both names.
 4. ``CREATE INDEX``: once the keywords are declared, the stock compiler would render
@@ -71,7 +76,15 @@ from typing import Any
 from google.api_core import exceptions as _api
 from google.cloud.spanner_dbapi import exceptions as _dbapi
 from google.cloud.sqlalchemy_spanner import sqlalchemy_spanner as _stock
-from sqlalchemy import Index, LargeBinary, Table, exc, literal_column
+from sqlalchemy import (
+    Column,
+    ForeignKeyConstraint,
+    Index,
+    LargeBinary,
+    Table,
+    exc,
+    literal_column,
+)
 from sqlalchemy.engine import Dialect
 from sqlalchemy.sql.compiler import DDLCompiler
 
@@ -137,6 +150,8 @@ class SpannerIdentifierPreparer(_stock.SpannerIdentifierPreparer):  # type: igno
 
 
 class ShardedSpannerDDLCompiler(_stock.SpannerDDLCompiler):  # type: ignore[misc]
+    sharded_orm_dialect = True  # .stock.MARK: the DDL hooks keyed by dialect name defer to us
+
     # Every name a DDL statement renders goes through this preparer, so checking it here
     # covers tables, columns, indexes, sequences, constraints and interleave parents alike.
     @property
@@ -145,7 +160,10 @@ class ShardedSpannerDDLCompiler(_stock.SpannerDDLCompiler):  # type: ignore[misc
 
     @preparer.setter
     def preparer(self, value: Any) -> None:
-        self._ddl_preparer = value.for_ddl() if hasattr(value, "for_ddl") else value
+        if not isinstance(value, SpannerIdentifierPreparer):
+            # a stock dialect's (a stock engine's DDL that .stock gives our rendering)
+            value = SpannerIdentifierPreparer(self.dialect)
+        self._ddl_preparer = value.for_ddl()
 
     def post_create_table(self, table: Table) -> str:
         if "TEMPORARY" in table._prefixes:
@@ -162,11 +180,16 @@ class ShardedSpannerDDLCompiler(_stock.SpannerDDLCompiler):  # type: ignore[misc
                 text += " ON DELETE CASCADE"
         return text
 
-    def visit_create_index(self, create: Any, **kw: Any) -> str:
+    def visit_create_index(
+        self, create: Any, include_schema: bool = True, include_table_schema: bool = True, **kw: Any
+    ) -> str:
         # The generic CREATE INDEX (columns, DESC), then Spanner's clauses. The stock
         # version iterates ``storing`` even when it is unset (None) once the keywords are
-        # declared, and would render an empty ``STORING ()``.
-        text: str = DDLCompiler.visit_create_index(self, create, **kw)  # type: ignore[no-untyped-call]
+        # declared, and would render an empty ``STORING ()``. As the stock one, the index
+        # of a table in a named schema is named in that schema (``schema.ix``).
+        text: str = DDLCompiler.visit_create_index(  # type: ignore[no-untyped-call]
+            self, create, include_schema, include_table_schema, **kw
+        )
         index = create.element
         options = index.dialect_options["spanner"]
         quote = self.preparer.quote
@@ -283,6 +306,7 @@ class SpannerDialect(BoundReflection, _stock.SpannerDialect):  # type: ignore[mi
     """sqlalchemy-spanner's dialect with sharded-orm's fixes (see the module docstring)."""
 
     supports_statement_cache = True  # SQLAlchemy asks every subclass to say so itself
+    sharded_orm_dialect = True  # .stock.MARK: an engine on this class is one of ours
     ddl_compiler = ShardedSpannerDDLCompiler
     statement_compiler = ShardedSpannerSQLCompiler
     colspecs = {**_stock.SpannerDialect.colspecs, LargeBinary: _Base64Bytes}
@@ -294,9 +318,13 @@ class SpannerDialect(BoundReflection, _stock.SpannerDialect):  # type: ignore[mi
     # empty insert, which SQLAlchemy renders as ``() VALUES ()``, a syntax error on Spanner.
     supports_default_metavalue = True
     supports_empty_insert = False
+    # every keyword the stock dialect reads (tests/test_dialect_fixes.py finds them in its
+    # source): declaring any switches on SQLAlchemy's validation of all ``spanner_*`` ones
     construct_arguments = [
         (Table, {"interleave_in": None, "interleave_on_delete_cascade": False}),
         (Index, {"storing": None, "null_filtered": False, "interleave_in": None}),
+        (Column, {"allow_commit_timestamp": False, "exclude_from_returning": False}),
+        (ForeignKeyConstraint, {"not_enforced": False}),
     ]
     # ``sqlalchemy.commit_timeout = 30`` in an ini file (engine_from_config) is a number
     engine_config_types = {

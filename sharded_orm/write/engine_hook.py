@@ -37,6 +37,8 @@ from sharded_orm.checks import shown
 from sharded_orm.errors import ShardConfigError, ShardingWarning, ShardTypeError
 from sharded_orm.schema.registry import cascade_targets, set_engine_watcher, sharded_names
 from sharded_orm.spanner import is_spanner
+from sharded_orm.spanner.stock import refuse_stock
+from sharded_orm.write import stock_writes as _stock_writes  # noqa: F401  (compile hooks)
 from sharded_orm.write import successor
 from sharded_orm.write.rows import Fetch, RowShards, fast_insert_rows, resendable
 from sharded_orm.write.sql import (
@@ -337,6 +339,8 @@ def watch(engine: Engine | Connection) -> Engine:
         )
     if root in _watched:
         return root
+    # the first contact of a stock Spanner engine with a sharded table (DDL, ORM, watch())
+    refuse_stock(root.dialect, "A sharded table (created, dropped or written by the ORM)")
     _watched.add(root)
     event.listen(root, "before_execute", _before_execute, retval=True)
     event.listen(root, "before_cursor_execute", _before_cursor_execute)
