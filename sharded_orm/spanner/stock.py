@@ -68,7 +68,7 @@ def _ours(compiler: Any) -> bool:
 
 def _with_our_compiler(element: Any, compiler: Any, **kw: Any) -> str:
     """``element`` rendered by our DDL compiler for ``compiler``'s (stock) dialect."""
-    from sharded_orm.spanner.dialect import ShardedSpannerDDLCompiler
+    from sharded_orm.spanner.ddl import ShardedSpannerDDLCompiler
 
     ours = ShardedSpannerDDLCompiler(
         compiler.dialect,
