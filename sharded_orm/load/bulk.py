@@ -34,7 +34,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from sharded_orm.checks import check_positive_int
+from sharded_orm.checks import check_positive_int, check_seconds
 from sharded_orm.errors import ShardConfigError, ShardTypeError, UnsupportedOnDialectError
 from sharded_orm.load.prepare import (
     BulkValidationError,
@@ -78,7 +78,7 @@ def _is_database(bind: object) -> bool:
 
 
 def _check_arguments(bind: Any, workers: Any, batch_bytes: Any, mode: Any, seed: Any,
-                     progress: Any, commit_timeout: Any) -> None:  # fmt: skip
+                     progress: Any, commit_timeout: Any, deadline: Any) -> None:  # fmt: skip
     if not isinstance(bind, (sa.Engine, sa.Connection)) and not _is_database(bind):
         hint = " (create_engine(url) first)" if isinstance(bind, str) else ""
         raise ShardTypeError(
@@ -92,6 +92,11 @@ def _check_arguments(bind: Any, workers: Any, batch_bytes: Any, mode: Any, seed:
             "with its own session; more only queue up (split the load over processes instead)"
         )
     check_positive_int(batch_bytes, "batch_bytes")
+    if batch_bytes > MAX_COMMIT_BYTES:
+        raise ShardConfigError(
+            f"batch_bytes must be at most {MAX_COMMIT_BYTES} (100 MB, what one Spanner commit "
+            f"may carry), got {batch_bytes}"
+        )
     if mode not in MODES:
         raise ShardConfigError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
     if isinstance(seed, bool) or not isinstance(seed, int):
@@ -102,6 +107,11 @@ def _check_arguments(bind: Any, workers: Any, batch_bytes: Any, mode: Any, seed:
         raise ShardTypeError(f"commit_timeout must be a number of seconds, got {commit_timeout!r}")
     if not 0 < commit_timeout <= 3600:
         raise ShardConfigError(f"commit_timeout must be in (0, 3600] s, got {commit_timeout}")
+    if deadline is not None:
+        if isinstance(deadline, bool) or not isinstance(deadline, (int, float)):
+            raise ShardTypeError(f"deadline must be a number of seconds or None, got {deadline!r}")
+        # the library's one rule for durations: no inf (None is "no overall limit")
+        check_seconds(deadline, "deadline")
 
 
 def bulk_load(
@@ -135,7 +145,7 @@ def bulk_load(
     out; its message says what was committed. Run the same load with
     ``mode="insert_or_update"`` to finish it.
     """
-    _check_arguments(bind, workers, batch_bytes, mode, seed, progress, commit_timeout)
+    _check_arguments(bind, workers, batch_bytes, mode, seed, progress, commit_timeout, deadline)
     if not isinstance(defer_indexes, bool):
         raise ShardTypeError(f"defer_indexes must be True or False, got {defer_indexes!r}")
     if rows is None or isinstance(rows, Mapping) or not isinstance(rows, Iterable):
