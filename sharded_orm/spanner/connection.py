@@ -15,8 +15,13 @@ can be run again. The rollback after it sends nothing to a server that did not a
 again waits at most an eighth of the time left (the DB-API waits ``2**n`` s when the
 server gives no retry delay). ``timeout=None`` keeps the DB-API's own behaviour.
 
-``tests/test_replay_deadlines.py`` shows it on the emulator through ``FaultProxy``, and
-trips when upstream changes the replay hooks relied on here.
+**The statement classification is memoised** (:mod:`.statements`): the cursor's
+``_execute`` is the DB-API's own code, run with its ``parse_utils`` seen through
+:class:`~.statements.ParseUtilsView`, whose ``classify_statement`` answers from
+:data:`STATEMENTS` (``tests/test_statement_memo.py``).
+
+``tests/test_replay_deadlines.py`` shows the replays on the emulator through
+``FaultProxy``, and trips when upstream changes the replay hooks relied on here.
 """
 
 from __future__ import annotations
@@ -26,14 +31,19 @@ from typing import Any
 
 from google.cloud.spanner_dbapi import connect as _stock_connect
 from google.cloud.spanner_dbapi.connection import Connection
+from google.cloud.spanner_dbapi.cursor import Cursor
 from google.cloud.spanner_dbapi.exceptions import InterfaceError, RetryAborted
 from google.cloud.spanner_dbapi.transaction_helper import TransactionRetryHelper
 
 from sharded_orm.spanner.deadlines import TIMEOUT_OPTION, DeadlineCursor, StatementDeadline
+from sharded_orm.spanner.statements import ParseUtilsView, StatementMemo, run_with_names
 
 #: The longest wait between two replays of a transaction aborted again (and at most an
 #: eighth of the time left).
 REPLAY_DELAY = 2.0
+
+#: One memo of statement classifications for the process (texts repeat across engines).
+STATEMENTS = StatementMemo()
 
 
 class ReplayTimeout(RetryAborted):  # type: ignore[misc]
@@ -108,7 +118,9 @@ class ShardedConnection(Connection):  # type: ignore[misc]
 
 class ShardedCursor(DeadlineCursor):
     """A :class:`DeadlineCursor` whose calls lend their deadline to the replays they set
-    off."""
+    off, and whose statement classification is memoised."""
+
+    _execute = run_with_names(Cursor._execute, parse_utils=ParseUtilsView(STATEMENTS))
 
     def __init__(self, connection: Any, seconds: float | StatementDeadline | None) -> None:
         super().__init__(connection, seconds)

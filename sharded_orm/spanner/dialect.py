@@ -63,6 +63,9 @@ Fixes (sqlalchemy-spanner 1.20):
     silent server held a 4 s statement for the client's hour); the replay now runs under
     the deadline of the statement or commit that set it off, and ends with
     ``ReplayTimeout`` (the transaction was aborted: run it again).
+14. The DB-API classifies every statement it executes with a ``sqlparse`` pass over the
+    whole text (39 % of ``merged()``'s CPU at N = 64, k = 100): our cursor's
+    classification is memoised per statement text (``.statements``).
 """
 
 from __future__ import annotations
