@@ -199,3 +199,34 @@ def test_upstream_replays_through_these_hooks() -> None:
     source = inspect.getsource(connect)
     assert "conn = Connection(" in source and "conn._own_pool = False" in source
     assert {"instance", "database", "read_only"} <= set(inspect.signature(Connection).parameters)
+
+
+@pytest.mark.emulator
+@pytest.mark.parametrize(
+    "cparams", [{}, {"read_only": True}, {"ignore_transaction_warnings": True}, {"pool": "own"}]
+)
+def test_our_connect_makes_the_connection_the_stock_one_makes(
+    spanner_emulator: Any, cparams: dict[str, Any]
+) -> None:
+    """The same state as the DB-API's own connect() gives, but our class (which trips
+    when connect() starts passing something else to its connection)."""
+    from google.cloud.spanner_dbapi import connect as stock_connect
+    from google.cloud.spanner_v1.pool import FixedSizePool
+
+    from sharded_orm.spanner.connection import connect
+
+    db = spanner_emulator.create_database()
+    if cparams.get("pool") == "own":
+        cparams = {"pool": FixedSizePool(size=1)}
+    args = (spanner_emulator.instance_id, db, spanner_emulator.project)
+    ours = connect(*args, client=spanner_emulator.client, **cparams)
+    stock = stock_connect(*args, client=spanner_emulator.client, **cparams)
+    assert type(ours) is ShardedConnection
+    mine = {k: v for k, v in vars(ours).items() if k not in ("deadline", "replay_gave_up")}
+    theirs = vars(stock)
+    assert sorted(mine) == sorted(theirs)
+    for name, value in theirs.items():
+        if name in ("_transaction_helper", "_database"):
+            continue
+        assert mine[name] == value, name
+    assert ours.database.name == stock.database.name

@@ -123,6 +123,16 @@ def test_the_memo_is_bounded() -> None:
             memo.classify(f"SELECT {i} FROM t WHERE a = %s", (i,))
     assert len(memo) == 8
     assert MEMO_SIZE <= 4096
+    by_size = StatementMemo(size=1000, chars=3_000)
+    for i in range(100):
+        for _ in range(3):
+            by_size.classify(f"SELECT {i:03d}, '{'x' * 80}' FROM t", ())
+    assert 0 < len(by_size) <= 3_000 // (3 * 100)
+    huge = "SELECT '" + "x" * 400 + "'"  # over a tenth of the budget: never kept
+    hits = by_size.hits
+    for _ in range(3):
+        assert by_size.classify(huge) == parse_utils.classify_statement(huge)
+    assert by_size.hits == hits
 
 
 def _counting_parses(monkeypatch: pytest.MonkeyPatch) -> list[str]:

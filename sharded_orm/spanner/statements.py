@@ -35,8 +35,11 @@ import sqlparse
 from google.cloud.spanner_dbapi import parse_utils as _parse_utils
 from google.cloud.spanner_dbapi.parsed_statement import ParsedStatement, Statement, StatementType
 
-#: Statement texts (per kind of arguments) the memo keeps, least recently used dropped.
+#: Statement texts (per kind of arguments) the memo keeps, least recently used dropped,
+#: and the characters they may hold in all (a text longer than a tenth of that is never
+#: kept: the DB-API parses it each time, as before).
 MEMO_SIZE = 1024
+MEMO_CHARS = 8_000_000
 
 _NONE, _SEQUENCE = "none", "sequence"
 #: a text seen once, not learnt yet
@@ -62,6 +65,11 @@ def _args_kind(args: Any) -> str | None:
     return None  # a mapping or anything else: the DB-API's own classification
 
 
+def _weight(key: tuple[str, str]) -> int:
+    """Characters an entry holds: its text, and the stripped text and SQL it learns."""
+    return 3 * len(key[0])
+
+
 def _rebuilt(shape: _Shape, args: Any) -> ParsedStatement:
     """The classification of ``shape``'s text for these arguments."""
     _, params = _parse_utils.sql_pyformat_args_to_spanner(shape.text, args or None)
@@ -74,8 +82,10 @@ class StatementMemo:
     """``classify(sql, args)``: the DB-API's ``classify_statement``, memoised per text
     (a bounded LRU of ``size`` texts; thread-safe)."""
 
-    def __init__(self, size: int = MEMO_SIZE) -> None:
+    def __init__(self, size: int = MEMO_SIZE, chars: int = MEMO_CHARS) -> None:
         self.size = size
+        self.chars = chars
+        self._held = 0  # characters of the texts kept
         self._entries: OrderedDict[tuple[str, str], _Shape | str] = OrderedDict()
         self._lock = threading.Lock()
         #: classifications answered from the memo, and by the DB-API
@@ -88,10 +98,11 @@ class StatementMemo:
     def clear(self) -> None:
         with self._lock:
             self._entries.clear()
+            self._held = 0
 
     def classify(self, sql: Any, args: Any = None) -> ParsedStatement | None:
         kind = _args_kind(args)
-        if kind is None or not isinstance(sql, str):
+        if kind is None or not isinstance(sql, str) or len(sql) * 10 > self.chars:
             return _parse_utils.classify_statement(sql, args)
         key = (sql, kind)
         with self._lock:
@@ -110,10 +121,13 @@ class StatementMemo:
         else:
             return parsed
         with self._lock:
+            if key not in self._entries:
+                self._held += _weight(key)
             self._entries[key] = learnt
             self._entries.move_to_end(key)
-            while len(self._entries) > self.size:
-                self._entries.popitem(last=False)
+            while len(self._entries) > self.size or self._held > self.chars:
+                old, _ = self._entries.popitem(last=False)
+                self._held -= _weight(old)
         return parsed
 
     @staticmethod
