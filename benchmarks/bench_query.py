@@ -17,11 +17,11 @@ For each: statements, full rows transferred, sort-key rows transferred, server r
 read and client CPU (process time, this process only: compile, the DB-API's parsing,
 result processing), best of ROUNDS interleaved rounds; ``x one`` is the median over the
 rounds of each round's ratio to the one query, ``(best)`` the ratio of the bests,
-``x one min/med/max`` the least, median and largest of the rounds' ratios, ``less
-wait`` the median ratio once each side's CPU is less what the client spends waiting
-for the emulator (gRPC's wait loop, about 2 ms per second: calibrated first on
-statements that keep the emulator busy; the emulator scans a whole index per branch,
-seconds where Spanner takes milliseconds);
+``x one min/med/max`` the least, median and largest of the rounds' ratios. The client
+spends CPU while it waits for the emulator (gRPC's wait loop: printed first, measured
+on statements that keep the emulator busy), and the emulator scans a whole index per
+branch, seconds where Spanner takes milliseconds: part of merged()'s CPU at N = 64 is
+that wait;
 ``parse`` is what the stock Spanner DB-API's sqlparse pass over the statements' text
 costs (timed apart, once per text): our dialect's cursor memoises it per text
 (``sharded_orm.spanner.statements``), so from a text's third execution on it is not
@@ -194,7 +194,7 @@ def main() -> None:
     print(
         f"{'N':>3} {'k':>5}  {'strategy':<20}{'stmts':>6}{'rows':>7}{'keys':>7}"
         f"{'server rows':>12}{'bound':>7}{'CPU ms':>9}{'parse':>7}{'x one':>7}{'(best)':>7}"
-        f"{'x one min/med/max':>19}{'less wait':>10}{'x per-shard':>12}{'wall s':>8}"
+        f"{'x one min/med/max':>19}{'x per-shard':>12}{'wall s':>8}"
     )
     with local_emulator() as emulator:
         db_id = emulator.create_database()
@@ -217,15 +217,10 @@ def main() -> None:
                     ]
                     paired = statistics.median(ratios)
                     spread = f"{min(ratios):.2f}/{paired:.2f}/{max(ratios):.2f}"
-                    less_wait = statistics.median(
-                        unwaited(name, i) / unwaited("one query", i)
-                        for i in range(len(ROUND_MS[name]))
-                    )
                     print(
                         f"{n:>3} {k:>5}  {name:<20}{st:>6}{rows:>7}{key_rows:>7}"
                         f"{read:>12}{bound:>7}{ms:>9.1f}{parse:>7.1f}{paired:>7.2f}"
-                        f"{ms / one:>7.2f}{spread:>19}{less_wait:>10.2f}{ms / per_shard:>12.2f}"
-                        f"{wall:>8.2f}",
+                        f"{ms / one:>7.2f}{spread:>19}{ms / per_shard:>12.2f}{wall:>8.2f}",
                         flush=True,
                     )
         walk(engine, models[16], args.page, counter, cache)
@@ -248,7 +243,6 @@ def measure(
     base = sharded_select(m, index=f"{t.name}_by_ts")
     best: dict[str, list[Any]] = {}
     ROUND_MS.clear()
-    ROUND_WALL.clear()
 
     def one_query() -> list[Any]:
         return [tuple(r) for r in conn.execute(base.order_by(*order).limit(k))]
@@ -297,16 +291,8 @@ def parsed() -> float:
     return sum(parse_ms(t) for t in TEXTS)
 
 
-#: each strategy's CPU ms and wall s in every round of the current measure(), in order
+#: each strategy's CPU ms in every round of the current measure(), in round order
 ROUND_MS: dict[str, list[float]] = {}
-ROUND_WALL: dict[str, list[float]] = {}
-#: CPU ms the client spends per second it waits on the server (gRPC's wait loop)
-WAIT_MS_PER_S = [0.0]
-
-
-def unwaited(name: str, i: int) -> float:
-    """Round ``i``'s CPU ms of ``name`` less what waiting for the emulator cost it."""
-    return max(0.01, ROUND_MS[name][i] - WAIT_MS_PER_S[0] * ROUND_WALL[name][i])
 
 
 def calibrate_wait(conn: sa.Connection) -> None:
@@ -320,8 +306,10 @@ def calibrate_wait(conn: sa.Connection) -> None:
     for _ in range(3):
         _, ms = cpu(lambda: conn.execute(slow).scalar())
         rates.append(ms / WALL[0])
-    WAIT_MS_PER_S[0] = statistics.median(rates)
-    print(f"the client's CPU while it waits on the emulator: {WAIT_MS_PER_S[0]:.2f} ms per s")
+    print(
+        f"the client's CPU while it waits on the emulator: {statistics.median(rates):.2f} ms "
+        "per s (part of every CPU ms below: wall s x this)"
+    )
 
 
 def keep(best: dict[str, list[Any]], name: str, figures: list[Any]) -> None:
@@ -330,7 +318,6 @@ def keep(best: dict[str, list[Any]], name: str, figures: list[Any]) -> None:
     machine's speed drifts by a third over minutes: a ratio of two bests can pair a fast
     moment with a slow one)."""
     ROUND_MS.setdefault(name, []).append(figures[5])
-    ROUND_WALL.setdefault(name, []).append(figures[6])
     if name not in best or figures[5] < best[name][5]:
         best[name] = figures
 
