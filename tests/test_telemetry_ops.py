@@ -20,6 +20,7 @@ from sharded_orm import (
     UTCDateTime,
     compute_shard,
     shard_column,
+    telemetry,
     verify,
 )
 from sharded_orm.retry import RetryPolicy, TransientError, retry_call
@@ -152,3 +153,73 @@ def test_the_reshard_copy_is_a_span(spanner_engine: sa.Engine, otel: Recorded) -
     report = verify(spanner_engine, new, progress_mode="off")
     assert report.ok
     assert otel.span(f"verify {new.__table__.name}").attributes["sharded_orm.rows_checked"] == 30
+
+
+class Visit(Base):
+    __tablename__ = "Visits"
+    visit_id: Mapped[int] = mapped_column("VisitId", primary_key=True, autoincrement=False)
+    tenant: Mapped[str] = mapped_column("Tenant", sa.String(20))
+    ts: Mapped[dt.datetime] = mapped_column("Ts", UTCDateTime)
+    shard: Mapped[int] = shard_column("tenant", "ts", count=8, name="Shard")
+
+
+def test_every_write_path_feeds_the_skew_gauge(engine: sa.Engine, otel: Recorded) -> None:
+    """ORM add + flush, ORM bulk insert, Core insert (executemany and one row) and an
+    UPDATE that moves a row: each row counted once, in the shard it was written to."""
+    Base.metadata.create_all(engine)
+    rows = [
+        {"visit_id": i, "tenant": f"t{i % 7}", "ts": T0 + dt.timedelta(seconds=i)}
+        for i in range(60)
+    ]
+    core = [{"VisitId": r["visit_id"], "Tenant": r["tenant"], "Ts": r["ts"]} for r in rows]
+    with Session(engine) as s:
+        s.add_all(Visit(**r) for r in rows[:20])
+        s.flush()
+        s.execute(sa.insert(Visit), rows[20:40])
+        s.commit()
+    with engine.begin() as c:
+        c.execute(sa.insert(Visit.__table__), core[40:59])
+        c.execute(sa.insert(Visit.__table__).values(**core[59]))
+    expected: dict[int, int] = {}
+    for r in rows:
+        shard = compute_shard((r["tenant"], r["ts"]), 8)
+        expected[shard] = expected.get(shard, 0) + 1
+    (fig,) = [f for f in telemetry.write_skew() if f.table == "Visits"]
+    assert (fig.column, fig.shards, fig.rows) == ("Shard", 8, 60)
+    assert fig.busiest == max(expected.values())
+    assert fig.skew == pytest.approx(max(expected.values()) / (60 / 8))
+    with Session(engine) as s:  # a source changed: the row is written to its new shard
+        moved = s.get(Visit, 0)
+        assert moved is not None
+        moved.tenant = "zz"
+        s.commit()
+    (fig,) = [f for f in telemetry.write_skew() if f.table == "Visits"]
+    assert fig.rows == 61
+    (point,) = otel.points("sharded_orm.shard.rows_written")
+    assert point.value == 61
+
+
+def test_nothing_is_counted_without_a_meter(engine: sa.Engine) -> None:
+    Base.metadata.create_all(engine)
+    with Session(engine) as s:
+        s.add(Visit(visit_id=1, tenant="a", ts=T0))
+        s.commit()
+    assert telemetry.write_skew() == []
+
+
+def test_a_bulk_load_is_a_span_with_its_figures(engine: sa.Engine, otel: Recorded) -> None:
+    from sharded_orm import bulk_load
+
+    Base.metadata.create_all(engine)
+    rows = ({"visit_id": i, "tenant": f"t{i % 3}", "ts": T0 + dt.timedelta(seconds=i)}
+            for i in range(500))  # fmt: skip
+    report = bulk_load(engine, Visit, rows, workers=2, batch_bytes=4096, progress=False)
+    assert report.rows_written == 500
+    span = otel.span("bulk_load Visits")
+    attrs = _attrs(span)
+    assert attrs["sharded_orm.rows"] == attrs["sharded_orm.rows_written"] == 500
+    assert attrs["sharded_orm.batches"] == report.batches > 1
+    assert attrs["sharded_orm.commits"] == report.commits
+    assert attrs["sharded_orm.bytes"] > 500 * 8
+    assert attrs["sharded_orm.retries"] == report.retries  # the emulator aborts some
+    assert (attrs["sharded_orm.mode"], attrs["sharded_orm.workers"]) == ("insert", 2)

@@ -60,6 +60,7 @@ from sharded_orm.progress import progress as progress_bar
 from sharded_orm.retry import Deadline, RetryPolicy
 from sharded_orm.schema.columns import table_of
 from sharded_orm.spanner import is_spanner
+from sharded_orm.telemetry import operation
 from sharded_orm.write.successor import plan as mirror_plan
 from sharded_orm.write.successor import successor_of
 
@@ -231,14 +232,18 @@ def bulk_load(
             f"than a commit may hold ({MAX_MUTATIONS}); try defer_indexes=True"
         )
     # rows are read once and staged on disk (memory bounded by the batch settings)
-    with tempfile.TemporaryDirectory(prefix="sharded-orm-bulk-load-") as directory:
+    with (
+        operation("bulk_load", bind, table.name, mode=mode, workers=workers) as traced,
+        tempfile.TemporaryDirectory(prefix="sharded-orm-bulk-load-") as directory,
+    ):
         staged = stage(
             rows, preparer, also, directory, workers=workers,
             byte_limit=min(batch_bytes, MAX_COMMIT_BYTES),
             rows_per_commit=MAX_MUTATIONS // per_row, seed=seed,
         )  # fmt: skip
+        traced.set(rows=staged.total, bytes=staged.bytes, batches=len(staged.counts))
+        report = BulkLoadReport(batches=len(staged.counts), mutations_per_row=per_row)
         try:
-            report = BulkLoadReport(batches=len(staged.counts), mutations_per_row=per_row)
             report.write_order = {
                 w: [staged.batch_range[b] for b in bs] for w, bs in staged.by_worker.items()
             }
@@ -253,6 +258,10 @@ def bulk_load(
                 _run(job, engine, bind, defer_indexes, on_spanner)
         finally:
             close_batches(staged)
+            traced.set(
+                rows_written=report.rows_written, commits=report.commits,
+                rows_unknown=report.rows_unknown, retries=report.retries,
+            )  # fmt: skip
     return report
 
 

@@ -203,6 +203,7 @@ class StagedLoad:
 
     directory: str
     total: int
+    bytes: int = 0  # the rows' size as a commit carries them (about)
     counts: list[int] = field(default_factory=list)  # rows per batch, batches in key order
     batch_range: list[int] = field(default_factory=list)
     by_worker: dict[int, list[int]] = field(default_factory=dict)
@@ -262,6 +263,7 @@ def cut_batches(
         if also is not None:
             successor.append(also)
         batch_bytes += size
+        staged.bytes += size
     if batch:
         flush()
     return watch

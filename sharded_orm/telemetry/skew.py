@@ -122,6 +122,11 @@ def _instruments(meter: Any) -> Any:
     return made[1]
 
 
+def counting() -> bool:
+    """Whether writes are counted now (a meter provider is configured, or :func:`track`)."""
+    return bool(_tracking["forced"]) or api.meter() is not None
+
+
 def rows_written(table: str, column: str, shard_count: int, shards: Iterable[int]) -> None:
     """Count rows written to ``table`` with these values of shard column ``column``."""
     meter = api.meter()

@@ -38,6 +38,7 @@ from sharded_orm.errors import ShardConfigError, ShardingWarning, ShardTypeError
 from sharded_orm.schema.registry import cascade_targets, set_engine_watcher, sharded_names
 from sharded_orm.spanner import is_spanner
 from sharded_orm.spanner.stock import refuse_stock
+from sharded_orm.telemetry import skew
 from sharded_orm.write import stock_writes as _stock_writes  # noqa: F401  (compile hooks)
 from sharded_orm.write import successor
 from sharded_orm.write.rows import Fetch, RowShards, fast_insert_rows, resendable
@@ -184,6 +185,37 @@ def _all_filled(rows: list[dict[str, Any]], shards: RowShards) -> bool:
 
 
 def _before_execute(
+    conn: Connection,
+    elem: Any,
+    multiparams: list[dict[str, Any]],
+    params: dict[str, Any],
+    execution_options: Any,
+) -> tuple[Any, list[dict[str, Any]], dict[str, Any]]:
+    sent = _shard_rows(conn, elem, multiparams, params, execution_options)
+    if skew.counting():
+        _count_shards(*sent)
+    return sent
+
+
+def _count_shards(elem: Any, multiparams: list[dict[str, Any]], params: dict[str, Any]) -> None:
+    """Rows sent to each shard of the statement's table, for the write-skew gauge."""
+    if not isinstance(elem, (Insert, Update)):
+        return
+    table = statement_table(elem)
+    shards = write_shards(table)
+    if not shards:
+        return
+    rows = multiparams or ([params] if params else [])
+    if not rows:
+        rows = [statement_values(elem)]
+    for sc in shards:
+        key = sc.key
+        found = [row[key] for row in rows if isinstance(row.get(key), int)]
+        if found:
+            skew.rows_written(table.name, sc.name, sc.count, found)
+
+
+def _shard_rows(
     conn: Connection,
     elem: Any,
     multiparams: list[dict[str, Any]],
