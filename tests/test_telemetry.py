@@ -127,6 +127,8 @@ def test_skew_rises_on_a_skewed_stream_and_stays_flat_on_a_uniform_one(otel: Rec
     skews = _gauge(otel, "sharded_orm.shard.skew")
     assert skews[("Even", "ShardId")] < 1.1
     assert skews[("Hot", "ShardId")] > 8
+    rates = _gauge(otel, "sharded_orm.shard.busiest_rate")
+    assert rates[("Hot", "ShardId")] == pytest.approx(max(hot.count(s) for s in range(16)) / 60)
     rows = _gauge(otel, "sharded_orm.shard.window_rows")
     assert rows == {("Even", "ShardId"): 32_000, ("Hot", "ShardId"): 32_000}
     counted = {

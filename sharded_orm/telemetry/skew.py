@@ -4,8 +4,11 @@ For each shard column the library counts the rows it writes per shard over a sli
 window (``SKEW_WINDOW`` seconds, in ``SKEW_BUCKETS`` steps). The skew is the busiest shard's
 rows over the mean (rows in the window / the column's shard count): 1.0 is an even spread,
 ``count`` means every row went to one shard. Exported, when a meter provider is configured,
-as the gauge ``sharded_orm.shard.skew`` beside ``sharded_orm.shard.window_rows`` and the
-counter ``sharded_orm.shard.rows_written``; read in Python with :func:`write_skew`.
+as the gauge ``sharded_orm.shard.skew`` beside ``sharded_orm.shard.busiest_rate`` (the
+busiest shard's rows/s, the figure to hold against a split's capacity),
+``sharded_orm.shard.window_rows`` and the counter ``sharded_orm.shard.rows_written``; read
+in Python with :func:`write_skew`. Rows written by ``bulk_load``, copies and backfills are
+not counted: they spread their writes by key range themselves.
 
 Counting costs one ``Counter.update`` per statement (per flush batch), and only while a
 meter provider is configured (or :func:`track` was called): with none, nothing is kept.
@@ -39,6 +42,12 @@ class SkewFigure:
     busiest: int  # rows of the busiest shard
     busiest_shard: int | None
     skew: float  # busiest / (rows / shards); 0.0 with no rows
+    window: float  # seconds the figures cover
+
+    @property
+    def busiest_rate(self) -> float:
+        """The busiest shard's rows per second over the window."""
+        return self.busiest / self.window
 
 
 class _Window:
@@ -112,6 +121,12 @@ def _instruments(meter: Any) -> Any:
             description="Busiest shard's rows over the mean, over the sliding window.",
         )
         meter.create_observable_gauge(
+            "sharded_orm.shard.busiest_rate",
+            callbacks=[_observe_rate],
+            unit="{row}/s",
+            description="The busiest shard's rows per second over the sliding window.",
+        )
+        meter.create_observable_gauge(
             "sharded_orm.shard.window_rows",
             callbacks=[_observe_rows],
             unit="{row}",
@@ -161,7 +176,9 @@ def write_skew() -> list[SkewFigure]:
         else:
             shard, busiest = None, 0
         skew = busiest * window.shards / rows if rows else 0.0
-        out.append(SkewFigure(table, column, window.shards, rows, busiest, shard, skew))
+        out.append(
+            SkewFigure(table, column, window.shards, rows, busiest, shard, skew, SKEW_WINDOW)
+        )
     return sorted(out, key=lambda f: -f.skew)
 
 
@@ -176,6 +193,10 @@ def _observations(value: Any) -> list[Any]:
 
 def _observe_skew(options: Any) -> list[Any]:
     return _observations(lambda f: f.skew)
+
+
+def _observe_rate(options: Any) -> list[Any]:
+    return _observations(lambda f: f.busiest_rate)
 
 
 def _observe_rows(options: Any) -> list[Any]:
