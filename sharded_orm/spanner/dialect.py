@@ -71,7 +71,16 @@ from typing import Any
 from google.api_core import exceptions as _api
 from google.cloud.spanner_dbapi import exceptions as _dbapi
 from google.cloud.sqlalchemy_spanner import sqlalchemy_spanner as _stock
-from sqlalchemy import Index, LargeBinary, Table, exc, literal_column
+from sqlalchemy import (
+    Column,
+    ForeignKey,
+    ForeignKeyConstraint,
+    Index,
+    LargeBinary,
+    Table,
+    exc,
+    literal_column,
+)
 from sqlalchemy.engine import Dialect
 from sqlalchemy.sql.compiler import DDLCompiler
 
@@ -297,6 +306,10 @@ class SpannerDialect(BoundReflection, _stock.SpannerDialect):  # type: ignore[mi
     construct_arguments = [
         (Table, {"interleave_in": None, "interleave_on_delete_cascade": False}),
         (Index, {"storing": None, "null_filtered": False, "interleave_in": None}),
+        # stock keywords (issue 31 items 1-3 own the full list; here until that merges)
+        (Column, {"allow_commit_timestamp": False, "exclude_from_returning": False}),
+        (ForeignKey, {"not_enforced": False}),
+        (ForeignKeyConstraint, {"not_enforced": False}),
     ]
     # ``sqlalchemy.commit_timeout = 30`` in an ini file (engine_from_config) is a number
     engine_config_types = {
