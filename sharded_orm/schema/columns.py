@@ -18,6 +18,7 @@ See ``sharded_orm.write.engine_hook`` for the hook.
 
 from __future__ import annotations
 
+import contextlib
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -30,7 +31,7 @@ from sqlalchemy.orm import MappedColumn, Mapper, mapped_column
 from sqlalchemy.schema import Computed
 from sqlalchemy.sql.expression import text
 
-from sharded_orm.errors import ShardConfigError, ShardTypeError
+from sharded_orm.errors import ShardConfigError, ShardingError, ShardTypeError
 from sharded_orm.hashing import (
     CRC32,
     CRC32_CONCAT,
@@ -53,6 +54,7 @@ from sharded_orm.schema.coerce import (
     sends_stored_form,
 )
 from sharded_orm.schema.declare import check_source_declaration
+from sharded_orm.schema.markers import add_markers
 from sharded_orm.schema.registry import register, register_cascades, watch_ddl
 
 INFO_KEY = "sharded_orm.shard"
@@ -354,6 +356,7 @@ def shard_columns(obj: Any) -> tuple[ShardColumn, ...]:
     if cols:
         register(table)
         register_cascades(table, cols)
+        add_markers(table, cols)
     return cols
 
 
@@ -406,8 +409,12 @@ def _on_mapper_constructed(mapper: Any, class_: Any) -> None:
 
 def _on_column_attach(column: Any, table: Any) -> None:
     if isinstance(table, Table) and is_shard_column(column):
-        register(table)  # resolved lazily: the sources may not be attached yet
+        register(table)
         watch_ddl(table)
+        # resolved now if its sources are attached (for its marker); else (a source
+        # declared after it, or an error, said at first use as before) later
+        with contextlib.suppress(ShardingError):
+            shard_columns(table)
 
 
 event.listen(Mapper, "after_mapper_constructed", _on_mapper_constructed)
