@@ -58,6 +58,7 @@ from sharded_orm.schema.indexes import ShardedIndex
 from sharded_orm.schema.interleave import interleave_in
 from sharded_orm.schema.keys import OrderedPrimaryKey, key_column, primary_key
 from sharded_orm.schema.mixins import TimestampShardedMixin
+from sharded_orm.schema.naive import set_naive_datetimes
 from sharded_orm.schema.types import UTCDateTime
 
 # --- linter, simulator, doctor ---
@@ -136,6 +137,7 @@ __all__ = [
     "get_shard_column",
     "shard_column",
     "shard_columns",
+    "set_naive_datetimes",
     "declare_successor",
     "watch",
 ]
