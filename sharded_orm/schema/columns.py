@@ -287,8 +287,9 @@ def shard_column(
     if server_side:
         args.append(ShardComputed(spec))
     made: MappedColumn[int] = mapped_column(*args, info=info, **column_kwargs)
-    # on this column only (its copies for mixins and to_metadata keep it): no listener
-    # runs for the columns and tables that are not sharded
+    # on this column only, so no listener runs for the columns and tables that are not
+    # sharded (a copy, for a mixin or by to_metadata, has none: it is resolved when
+    # mapped or first used, and its table's marker copied with the table)
     event.listen(made.column, "after_parent_attach", _on_column_attach)
     return made
 
