@@ -34,7 +34,6 @@ from alembic.autogenerate.api import AutogenContext
 from alembic.operations import ops
 
 from sharded_orm.schema.columns import ShardColumn, ShardComputed, shard_columns
-from sharded_orm.schema.markers import ShardMarker
 from sharded_orm.spanner import is_spanner
 
 from . import reflection
@@ -215,8 +214,6 @@ class _Rewriter:
         by_name = {sc.name: sc for sc in shard_columns(table)}
         cols: list[Any] = []
         for item in op.columns:
-            if isinstance(item, ShardMarker):
-                continue  # the table's own marker: written below as migration text
             sc = (
                 by_name.get(getattr(item, "name", None) or "")
                 if isinstance(item, sa.Column)

@@ -1,22 +1,28 @@
-"""Shard markers in migrations: what the database records of each shard column.
+"""Shard markers: the database remembers how each shard column was computed.
 
-A marker is a CHECK constraint whose name records a client-side shard column's spec
-(:mod:`sharded_orm.schema.markers` says why and makes the tables' own). Here: the marker a
-model's shard column should have, its clause as migration text, and the one found among a
-table's reflected CHECK constraints, so autogenerate can tell a changed spec from an
-unchanged one by reading INFORMATION_SCHEMA.
+A client-side shard column is a plain INT64 in the database: nothing there says it holds
+``crc32(CompanyId, Timestamp) mod 8``. Change ``count=8`` to ``count=16`` in the model and
+a schema diff sees nothing, while every query now looks in the wrong shards. So each shard
+column gets a CHECK constraint that records its spec::
+
+    CONSTRAINT ck_LogEntries_EntryShardId_shard8_1f2e3d4c
+        CHECK (`EntryShardId` >= 0 AND `EntryShardId` < 8)
+
+The clause keeps values in range (as CockroachDB's hash-sharded indexes do), and the
+name carries the count and a digest of (algorithm, count, sources), so autogenerate
+can tell a changed spec from an unchanged one by reading INFORMATION_SCHEMA.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass
 
 from sharded_orm.errors import ShardConfigError
 from sharded_orm.schema.columns import ShardColumn
-from sharded_orm.schema.markers import marker_name, marker_prefix, spec_digest
 
-__all__ = ["Marker", "find_marker", "marker_clause", "marker_for", "spec_digest"]
+MAX_NAME = 128
 
 
 @dataclass(frozen=True)
@@ -30,11 +36,24 @@ class Marker:
     digest: str
 
 
+def spec_digest(algorithm: str, count: int, sources: tuple[str, ...]) -> str:
+    text = f"{algorithm}|{count}|{','.join(sources)}"
+    return hashlib.sha1(text.encode()).hexdigest()[:8]
+
+
+def _prefix(table: str, column: str) -> str:
+    prefix = f"ck_{table}_{column}_shard"
+    if len(prefix) + 20 > MAX_NAME:  # keep within Spanner's 128 characters
+        prefix = "ck_" + hashlib.sha1(f"{table}.{column}".encode()).hexdigest()[:16] + "_shard"
+    return prefix
+
+
 def marker_for(sc: ShardColumn) -> Marker:
     """The marker a shard column declared in the models should have."""
     table = sc.column.table.name
-    name = marker_name(table, sc)
-    return Marker(name, table, sc.name, sc.count, name.rsplit("_", 1)[1])
+    digest = spec_digest(sc.algorithm, sc.count, tuple(c.name for c in sc.sources))
+    name = f"{_prefix(table, sc.name)}{sc.count}_{digest}"
+    return Marker(name, table, sc.name, sc.count, digest)
 
 
 def marker_clause(column: str, count: int, quote: str = '"') -> str:
@@ -50,7 +69,7 @@ def marker_clause(column: str, count: int, quote: str = '"') -> str:
 
 def find_marker(table: str, column: str, constraint_names: list[str]) -> Marker | None:
     """The marker of ``table.column`` among reflected CHECK constraint names."""
-    pattern = re.compile(re.escape(marker_prefix(table, column)) + r"(\d+)_([0-9a-f]{8})$")
+    pattern = re.compile(re.escape(_prefix(table, column)) + r"(\d+)_([0-9a-f]{8})$")
     for name in constraint_names:
         m = pattern.match(name)
         if m:

@@ -6,13 +6,13 @@ The app's shapes: two foreign keys to one UNIQUE non-key column (Spanner manages
 index for them, which INFORMATION_SCHEMA lists once per foreign key), ``PickleType``,
 JSON, ARRAY, a commit-timestamp column, a bit-reversed sequence behind a server default,
 an IDENTITY key, a generated column, an interleaved table with an interleaved index, a
-DESC key part, and the library's own: a shard column with a DESC ``ShardedIndex``
-(STORING, NULL_FILTERED), ``TimestampShardedMixin``, a server-side shard column.
+DESC key part. With the library's own (a shard column with DESC ShardedIndexes,
+STORING, NULL_FILTERED, ``TimestampShardedMixin``, a server-side shard column), the one
+change is each client-side shard column's marker, which ``create_all`` does not make.
 
 Before: ``DuplicateColumnError: A column with name 'code' is already present in table
 'stages'`` (the foreign keys reflected doubled); with that fixed, a drop of the managed
-unique constraint, a type change of the PickleType column and a marker to add on every
-sharded table.
+unique constraint and a type change of the PickleType column.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from alembic_project import Project, no_changes
+from alembic_project import Project, body, no_changes
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from sharded_orm import (
@@ -34,11 +34,11 @@ from sharded_orm import (
     key_column,
     shard_column,
 )
-from sharded_orm.schema.markers import ShardMarker
 
 
-def app_models(*, spanner: bool) -> sa.MetaData:
-    """An app's models (Spanner-only shapes where ``spanner``)."""
+def app_models(*, spanner: bool, sharded: bool = True) -> sa.MetaData:
+    """An app's models (Spanner-only shapes where ``spanner``; the library's own shapes
+    where ``sharded``)."""
 
     class Base(DeclarativeBase):
         pass
@@ -98,6 +98,9 @@ def app_models(*, spanner: bool) -> sa.MetaData:
             id: Mapped[int] = mapped_column(sa.BigInteger, primary_key=True)
         stage_code: Mapped[str] = mapped_column(sa.String(8), sa.ForeignKey("stages.code"))
 
+    if not sharded:
+        return Base.metadata
+
     class Play(Base):  # the library's: a shard column and its index
         __tablename__ = "plays"
         id: Mapped[str] = mapped_column(sa.String(36), primary_key=True)
@@ -145,82 +148,40 @@ def project(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
 
 def test_autogenerate_over_create_all_is_empty(project: Any) -> None:
     proj, engine, spanner = project
-    md = app_models(spanner=spanner)
+    md = app_models(spanner=spanner, sharded=False)
     md.create_all(engine)
     proj.check(md)  # raises when autogenerate would find a change
     script = proj.revision(md, "nothing")
     assert no_changes(script), script
 
 
-def test_a_table_without_its_marker_gets_it(project: Any) -> None:
-    """A sharded table made before the tables declared their markers (by hand, or by an
-    older create_all): autogenerate records the spec, as it did."""
-    proj, engine, _ = project
-    legacy = sa.MetaData()
-    sa.Table(
-        "plays",
-        legacy,
-        sa.Column("id", sa.String(36), primary_key=True),
-        sa.Column("band_id", sa.String(36), nullable=False),
-        sa.Column("at", UTCDateTime, nullable=False),
-        sa.Column("device", sa.String(40)),
-        sa.Column("PlayShard", sa.Integer, nullable=False),
-    )
-    legacy.create_all(engine)
-    only = sa.MetaData()
-    plays = app_models(spanner=False).tables["plays"].to_metadata(only)
-    (marker,) = [c for c in plays.constraints if isinstance(c, ShardMarker)]
-    script = proj.revision(only, "marker")
-    assert f"op.create_check_constraint('{marker.name}', 'plays'" in script, script
+def test_over_sharded_tables_only_the_markers(project: Any) -> None:
+    """Tables with shard columns, made by create_all: the one change is each client-side
+    shard column's marker (create_all makes none: docs/migrations.md, "Shard markers"),
+    which records its spec; after it, nothing."""
+    from alembic_ext.markers import marker_for
+    from sharded_orm import shard_columns
 
-
-# ----------------------------------------------------------------------------- markers
-
-
-def test_every_client_side_shard_column_declares_its_marker() -> None:
-    md = app_models(spanner=True)
-    names = {
-        t.name: sorted(c.name for c in t.constraints if isinstance(c, ShardMarker))
+    proj, engine, spanner = project
+    md = app_models(spanner=spanner)
+    md.create_all(engine)
+    script = proj.revision(md, "markers")
+    ops = [ln.strip() for ln in body(script, "upgrade").splitlines()]
+    ops = [ln for ln in ops if ln.startswith("op.")]
+    markers = sorted(
+        marker_for(sc).name
         for t in md.tables.values()
-    }
-    assert names["plays"] == ["ck_plays_PlayShard_shard8_" + names["plays"][0][-8:]]
-    assert names["ticks"][0].startswith("ck_ticks_ShardId_shard4_")  # a mixin's, resolved late
-    assert names["hits"] == []  # server-side: the generated expression is its record
-    copy = md.tables["plays"].to_metadata(sa.MetaData())  # copied once, not twice
-    assert [c.name for c in copy.constraints if isinstance(c, sa.CheckConstraint)] == names["plays"]
-
-
-def test_a_core_table_declares_its_marker_whatever_the_column_order() -> None:
-    from sharded_orm import get_shard_column
-    from sharded_orm.schema.markers import marker_name
-
-    md = sa.MetaData()
-    t = sa.Table(
-        "core_logs",
-        md,
-        shard_column("Company", "Ts", count=10, name="Shard").column,  # before its sources
-        sa.Column("Company", sa.String(20), primary_key=True),
-        sa.Column("Ts", sa.DateTime(timezone=True), primary_key=True),
+        for sc in shard_columns(t)
+        if not sc.server_side
     )
-    get_shard_column(t)  # the first use resolves it
-    (marker,) = [c for c in t.constraints if isinstance(c, ShardMarker)]
-    assert marker.name == marker_name("core_logs", get_shard_column(t))
-
-
-@pytest.mark.parametrize("backend", ["sqlite", pytest.param("spanner", marks=pytest.mark.emulator)])
-def test_the_marker_keeps_raw_writes_in_range(backend: str, request: pytest.FixtureRequest) -> None:
-    engine = (
-        sa.create_engine("sqlite://")
-        if backend == "sqlite"
-        else request.getfixturevalue("spanner_engine")
-    )
-    md = app_models(spanner=False)
-    md.tables["plays"].create(engine)
-    bad = sa.text(
-        "INSERT INTO plays (id, band_id, at, PlayShard) VALUES ('x', 'b', :at, 8)"
-    ).execution_options(sharded_orm_raw_sql_ok=True)
-    with pytest.raises(sa.exc.DBAPIError), engine.begin() as conn:
-        conn.execute(bad, {"at": dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)})
+    assert len(markers) == 2 and len(ops) == 2, ops
+    assert sorted(ln.split("'")[1] for ln in ops) == markers
+    assert all(ln.startswith("op.create_check_constraint(") for ln in ops)
+    if not spanner:
+        return  # SQLite adds a CHECK only in Alembic's batch mode
+    proj.upgrade()
+    proj.check(md)
+    assert no_changes(proj.revision(md, "nothing")), script
 
 
 # ----------------------------------------------------------------------------- reflection

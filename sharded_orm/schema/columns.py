@@ -18,7 +18,6 @@ See ``sharded_orm.write.engine_hook`` for the hook.
 
 from __future__ import annotations
 
-import contextlib
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -31,7 +30,7 @@ from sqlalchemy.orm import MappedColumn, Mapper, mapped_column
 from sqlalchemy.schema import Computed
 from sqlalchemy.sql.expression import text
 
-from sharded_orm.errors import ShardConfigError, ShardingError, ShardTypeError
+from sharded_orm.errors import ShardConfigError, ShardTypeError
 from sharded_orm.hashing import (
     CRC32,
     CRC32_CONCAT,
@@ -54,7 +53,6 @@ from sharded_orm.schema.coerce import (
     sends_stored_form,
 )
 from sharded_orm.schema.declare import check_source_declaration
-from sharded_orm.schema.markers import add_markers
 from sharded_orm.schema.naive import check_policy, hashed_as_utc, naive_policy
 from sharded_orm.schema.registry import register, register_cascades, watch_ddl
 
@@ -289,7 +287,7 @@ def shard_column(
     made: MappedColumn[int] = mapped_column(*args, info=info, **column_kwargs)
     # on this column only, so no listener runs for the columns and tables that are not
     # sharded (a copy, for a mixin or by to_metadata, has none: it is resolved when
-    # mapped or first used, and its table's marker copied with the table)
+    # mapped or first used)
     event.listen(made.column, "after_parent_attach", _on_column_attach)
     return made
 
@@ -373,7 +371,6 @@ def shard_columns(obj: Any) -> tuple[ShardColumn, ...]:
     if cols:
         register(table)
         register_cascades(table, cols)
-        add_markers(table, cols)
     return cols
 
 
@@ -426,12 +423,8 @@ def _on_mapper_constructed(mapper: Any, class_: Any) -> None:
 
 def _on_column_attach(column: Any, table: Any) -> None:
     if isinstance(table, Table) and is_shard_column(column):
-        register(table)
+        register(table)  # resolved lazily: the sources may not be attached yet
         watch_ddl(table)
-        # resolved now if its sources are attached (for its marker); else (a source
-        # declared after it, or an error, said at first use as before) later
-        with contextlib.suppress(ShardingError):
-            shard_columns(table)
 
 
 event.listen(Mapper, "after_mapper_constructed", _on_mapper_constructed)
