@@ -37,7 +37,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from sharded_orm.checks import check_identifier, check_positive_int
+from sharded_orm.checks import check_identifier, check_positive_int, shown
 from sharded_orm.errors import ShardConfigError, ShardTypeError
 from sharded_orm.hashing import FARM_FINGERPRINT, shard_function, validate_algorithm
 from sharded_orm.progress import Mode
@@ -140,7 +140,7 @@ def backfill_shard(
     """
     if not isinstance(bind, (Engine, Connection)):
         raise ShardTypeError(
-            f"bind must be a SQLAlchemy Engine or Connection, got {bind!r} "
+            f"bind must be a SQLAlchemy Engine or Connection, got {shown(bind)} "
             "(for a URL: sqlalchemy.create_engine(url))"
         )
     srcs = check_backfill_args(table, column, sources, batch_size)

@@ -22,6 +22,7 @@ env.py imports nothing for it. It:
   ``--sql`` output), an INFORMATION_SCHEMA check online where it has not (DROP COLUMN,
   CHECK constraints, stored columns);
 * installs :class:`alembic_ext.reflection.SpannerInspector` and our ``render_item``;
+* yields to an impl the app defined itself for ``spanner+spanner`` (``.impl_guard``);
 * compares indexes on everything Spanner stores, and types with STRING(MAX)/BYTES(MAX)
   equal to an unsized ``String()``/``Text()``/``LargeBinary()``;
 * refuses, with a message saying what to do, to drop a column an index or a shard
@@ -51,6 +52,7 @@ from . import reflection
 from .commit import commit_timeout, commit_within
 from .comparing import SpannerComparisons
 from .errors import MigrationError
+from .impl_guard import app_impl
 from .render import chain_render_item
 from .schema_change import SchemaChangeTimeout, apply_ddl, ddl_timeouts
 
@@ -117,7 +119,10 @@ def _is_ddl(construct: Any) -> bool:
 class SpannerImpl(SpannerComparisons, DefaultImpl):
     """Alembic impl for sqlalchemy-spanner (see the module docstring)."""
 
-    __dialect__ = "spanner+spanner"
+    # an app's own impl is honoured, never silently replaced (.impl_guard)
+    if app_impl() is None:
+        __dialect__ = "spanner+spanner"
+    sharded_orm_impl = True  # .impl_guard.MARK
     transactional_ddl = False
 
     def __init__(

@@ -30,10 +30,11 @@ from typing import Any
 import sqlalchemy as sa
 from alembic.operations import MigrateOperation, Operations
 
-from sharded_orm.checks import check_identifier
+from sharded_orm.checks import check_identifier, shown
 from sharded_orm.errors import ShardConfigError
 
 from .errors import MigrationError
+from .impl_guard import require_our_impl
 from .steps import own_transactions
 
 #: ``Config.attributes`` key of a progress callback: the same key as ``op.backfill_shard``'s
@@ -66,7 +67,7 @@ class CopyTableRowsOp(MigrateOperation):
         if engine not in COPY_ENGINES:
             raise ShardConfigError(
                 f"copy_table_rows engine must be one of {', '.join(map(repr, COPY_ENGINES))}, "
-                f"got {engine!r}"
+                f"got {shown(engine)}"
             )
         self.engine = engine
         check_identifier(source, "table name")
@@ -229,6 +230,7 @@ def _offline_copy(operations: Operations, op: CopyTableRowsOp) -> None:
 
 @Operations.implementation_for(CopyTableRowsOp)
 def _run_copy(operations: Operations, op: CopyTableRowsOp) -> None:
+    require_our_impl(operations.migration_context, "op.copy_table_rows")
     if operations.migration_context.as_sql:
         _offline_copy(operations, op)
         return
@@ -265,6 +267,7 @@ def _run_retire(operations: Operations, op: RetireTableOp) -> None:
     from sharded_orm.load.verify import verify
 
     ctx = operations.migration_context
+    require_our_impl(ctx, "op.retire_table")
     if ctx.as_sql:
         raise MigrationError(
             f"retire_table({op.table!r}) runs online only: its final copy and comparison "
@@ -314,6 +317,7 @@ def _run_verify(operations: Operations, op: VerifyTablesOp) -> None:
     from sharded_orm.load.copy import compare_tables
 
     ctx = operations.migration_context
+    require_our_impl(ctx, "op.verify_tables")
     if ctx.as_sql:
         raise MigrationError("verify_tables runs online only: it reads both tables")
     assert ctx.connection is not None

@@ -25,12 +25,13 @@ from typing import Any
 import sqlalchemy as sa
 from alembic.operations import MigrateOperation, Operations, ops
 
-from sharded_orm.checks import check_identifier
+from sharded_orm.checks import check_identifier, shown
 from sharded_orm.errors import ShardConfigError
 from sharded_orm.hashing import shard_function
 
 from .backfill import DEADLINE_ATTRIBUTE, ENGINES, check_backfill_args
 from .errors import MigrationError
+from .impl_guard import require_our_impl
 from .markers import Marker
 from .steps import own_transactions
 
@@ -67,7 +68,7 @@ class BackfillShardOp(MigrateOperation):
         if engine not in ENGINES:
             raise ShardConfigError(
                 f"backfill_shard engine must be one of {', '.join(map(repr, ENGINES))}, "
-                f"got {engine!r}"
+                f"got {shown(engine)}"
             )
         self.table_name = table_name
         self.column_name = column_name
@@ -163,6 +164,7 @@ class CompleteShardOp(VerifyShardOp):
 @Operations.implementation_for(BackfillShardOp)
 def _run_backfill(operations: Operations, op: BackfillShardOp) -> None:
     ctx = operations.migration_context
+    require_our_impl(ctx, "op.backfill_shard")
     if ctx.as_sql:
         _offline_backfill(operations, op)
         return
@@ -299,6 +301,7 @@ class AlterIndexStoringOp(MigrateOperation):
 
 @Operations.implementation_for(AlterIndexStoringOp)
 def _run_alter_index_storing(operations: Operations, op: AlterIndexStoringOp) -> None:
+    require_our_impl(operations.migration_context, "op.alter_index_storing")
     impl: Any = operations.migration_context.impl
     if not hasattr(impl, "alter_index_storing"):
         raise _error(

@@ -36,7 +36,9 @@ def compare(autogen_context: Any, upgrade_ops: Any) -> PriorityDispatchResult:
     from alembic.util import PriorityDispatchResult
 
     from .compare import rewrite_for_spanner
+    from .impl_guard import require_our_impl
 
+    require_our_impl(autogen_context.migration_context, "sharded-orm's autogenerate plugin")
     rewrite_for_spanner(autogen_context, upgrade_ops)
     return PriorityDispatchResult.CONTINUE
 

@@ -4,8 +4,12 @@
 2. Round trips: the same load against the in-process mock server, counting requests by
    type (the mock executes nothing, so this counts exactly what each path sends).
 3. Write order: the key ranges each worker touched, in order.
+4. Memory (issue 33): the peak RSS of a fresh interpreter above its own baseline (after
+   imports and a warm-up load) loading 100,000 and 1,000,000 small rows from a generator
+   into SQLite, with the load's CPU time; interleaved rounds, min/median/max.
 
     python benchmarks/bench_bulk.py [--rows 100000] [--orm-batch 1000]
+    python benchmarks/bench_bulk.py --memory-only [--rounds 3]
 """
 
 from __future__ import annotations
@@ -14,7 +18,11 @@ import argparse
 import collections
 import datetime as dt
 import os
+import statistics
+import subprocess
 import sys
+import tempfile
+import textwrap
 import time
 from pathlib import Path
 from typing import Any
@@ -71,7 +79,12 @@ def main() -> None:
     ap.add_argument(
         "--orm-rows", type=int, default=10_000, help="rows for the ORM's emulator timing"
     )
+    ap.add_argument("--memory-only", action="store_true", help="only the memory figures")
+    ap.add_argument("--rounds", type=int, default=3, help="rounds of the memory figures")
     args = ap.parse_args()
+    if args.memory_only:
+        memory(args.rounds)
+        sys.exit(0)
     rows = entries(args.rows)
     print(f"{args.rows} LogEntries; ORM commits every {args.orm_batch} rows")
     orm_rows = rows[: args.orm_rows]
@@ -120,6 +133,64 @@ def main() -> None:
     print("\nwrite order: key ranges per worker, in commit order (first 12)")
     for w, ranges in sorted(report.write_order.items()):
         print(f"  worker {w}: {ranges[:12]}{' ...' if len(ranges) > 12 else ''}")
+    memory(args.rounds)
+
+
+MEMORY_SIZES = (100_000, 1_000_000)
+PROBE = textwrap.dedent(
+    """
+    import sys, time
+    import sqlalchemy as sa
+    from sharded_orm import bulk_load
+
+    url, n = sys.argv[1], int(sys.argv[2])
+    md = sa.MetaData()
+    t = sa.Table("Small", md,
+                 sa.Column("Id", sa.BigInteger, primary_key=True, autoincrement=False),
+                 sa.Column("V", sa.String(20)))
+    engine = sa.create_engine(url)
+    md.create_all(engine)
+    def status(field):  # MiB; this process's own (ru_maxrss would count its parent's)
+        with open("/proc/self/status") as f:
+            return next(int(l.split()[1]) for l in f if l.startswith(field + ":")) / 1024
+    def reset_peak():  # Linux >= 4.0: VmHWM restarts from the current RSS
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    rows = lambda lo, hi: ({"Id": i, "V": f"v{i}"} for i in range(lo, hi))
+    bulk_load(engine, t, rows(-2000, 0), progress=False)
+    base, cpu = status("VmRSS"), time.process_time()
+    reset_peak()
+    assert bulk_load(engine, t, rows(0, n), progress=False).rows_written == n
+    print(status("VmHWM") - base, base, time.process_time() - cpu)
+    """
+)
+
+
+def memory(rounds: int) -> None:
+    """Peak RSS above the interpreter's baseline, and CPU s, of bulk_load from a
+    generator into SQLite (a file: the rows are not in this process's memory)."""
+    figures: dict[int, list[tuple[float, float, float]]] = {n: [] for n in MEMORY_SIZES}
+    for _ in range(rounds):  # interleaved: each round loads every size once
+        for n in MEMORY_SIZES:
+            with tempfile.TemporaryDirectory() as d:
+                out = subprocess.run(
+                    [sys.executable, "-c", PROBE, f"sqlite:///{d}/load.db", str(n)],
+                    capture_output=True, text=True, check=True,
+                )  # fmt: skip
+            delta, base, cpu = map(float, out.stdout.split())
+            figures[n].append((delta, base, cpu))
+
+    def spread(values: list[float]) -> str:
+        return f"{min(values):.1f} / {statistics.median(values):.1f} / {max(values):.1f}"
+
+    print(f"\nbulk_load memory, small rows from a generator into SQLite ({rounds} rounds)")
+    print(f"  {'rows':>9}  {'peak RSS above baseline, MiB':>30}  {'baseline MiB':>13}  "
+          f"{'CPU s (min / median / max)':>27}")  # fmt: skip
+    for n, rows in figures.items():
+        print(
+            f"  {n:>9,}  {spread([r[0] for r in rows]):>30}  "
+            f"{statistics.median(r[1] for r in rows):>13.1f}  {spread([r[2] for r in rows]):>27}"
+        )
 
 
 def _mock_database(engine: sa.Engine) -> Any:

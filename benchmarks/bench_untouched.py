@@ -1,7 +1,8 @@
 """What sharded-orm costs an application where it has nothing to do (issue 22, item 0).
 
 One engine and tables the library has nothing to do with: a cached Core select, a Core
-insert, a Core update, ``text("select 1")`` and an ORM flush of a plain model, each
+insert, a Core update, ``text("select 1")``, ORM ``session.execute`` of a select and of an
+``update()`` statement, and an ORM flush of a plain model, each
 timed (CPU time, the best of 5 runs) in a child process, once as the application alone and once with
 ``sharded_orm`` imported and a sharded model declared, flushed and queried on another
 engine of the same process. Rounds alternate the two, and the ratio of each round
@@ -104,6 +105,23 @@ def texts(n):
             conn.execute(txt).scalar()
 
 
+orm_sel = sa.select(Item).where(Item.id == sa.bindparam("i"))
+orm_upd = sa.update(Item).where(Item.id == sa.bindparam("i")).values(qty=sa.bindparam("q"))
+
+
+def orm_selects(n):
+    with Session(engine) as s:
+        for i in range(n):
+            s.execute(orm_sel, {"i": i % 100 + 1}).scalars().all()
+
+
+def orm_updates(n):
+    with Session(engine) as s:
+        for i in range(n):
+            s.execute(orm_upd, {"i": i % 100 + 1, "q": i})
+        s.rollback()
+
+
 def flushes(n):
     with Session(engine) as s:
         for i in range(n // 10):
@@ -113,7 +131,8 @@ def flushes(n):
 
 
 for name, fn in [("cached select", selects), ("insert", inserts), ("update", updates),
-                 ("text()", texts), ("ORM flush", flushes)]:
+                 ("text()", texts), ("ORM select", orm_selects), ("ORM update()", orm_updates),
+                 ("ORM flush", flushes)]:
     timed(name, fn)
 print(json.dumps(out))
 """

@@ -3,8 +3,10 @@
 A test that passes stock and does not pass with sharded-orm (failed, error, skipped or missing)
 is a regression, and the exit code is 1. Deliberate, documented differences are listed in a
 ``--known`` file (one test id a line, ``# reason`` after it) and reported apart, never silently.
+With ``--exact`` (our own suites, written to pass in both configurations) any difference of
+outcome, either way, fails.
 
-    python peer/compare.py NAME stock.xml ours.xml [--known peer/x/known_differences.txt]
+    python peer/compare.py NAME stock.xml ours.xml [--known peer/x/known_differences.txt] [--exact]
 """
 
 from __future__ import annotations
@@ -59,6 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("stock", type=Path)
     parser.add_argument("ours", type=Path)
     parser.add_argument("--known", type=Path, default=None)
+    parser.add_argument("--exact", action="store_true", help="any difference of outcome fails")
     args = parser.parse_args(argv)
     stock, ours, known = outcomes(args.stock), outcomes(args.ours), read_known(args.known)
     print(summary(args.name, "stock", stock))
@@ -77,6 +80,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  known difference: {test_id} ({ours.get(test_id, 'missing')}): {known[test_id]}")
     for test_id in regressions:
         print(f"  REGRESSION: {test_id}: passes stock, {ours.get(test_id, 'missing')} with us")
+    if args.exact:
+        both = set(stock) | set(ours)
+        other = sorted(t for t in both if stock.get(t) != ours.get(t) and t not in regressions)
+        for test_id in other:
+            print(
+                f"  DIFFERENCE: {test_id}: {stock.get(test_id, 'missing')} stock, "
+                f"{ours.get(test_id, 'missing')} with us"
+            )
+        print(f"{args.name}: {len(regressions) + len(other)} differences (--exact)")
+        return 1 if regressions or other else 0
     return 1 if regressions else 0
 
 

@@ -1,4 +1,5 @@
-"""Argument checks shared by every layer: identifiers that reach SQL text, positive counts."""
+"""Argument checks shared by every layer: identifiers that reach SQL text, positive counts,
+durations; and how a refused value is shown in a message (a URL without its password)."""
 
 from __future__ import annotations
 
@@ -77,7 +78,9 @@ def is_seconds(value: object) -> TypeGuard[int | float]:
 def check_seconds(value: object, what: str) -> float:
     """A duration the caller gave: seconds, a number (not a bool) above 0 and finite."""
     if not is_seconds(value):
-        raise ShardConfigError(f"{what} must be a positive number of seconds, got {value!r}")
+        raise ShardConfigError(
+            f"{what} must be a positive number of seconds (below {MAX_SECONDS:g}), got {value!r}"
+        )
     return float(value)
 
 
@@ -88,3 +91,53 @@ def check_positive_int(value: object, what: str) -> int:
     if value <= 0:
         raise ShardConfigError(f"{what} must be at least 1, got {value}")
     return value
+
+
+# a URL as SQLAlchemy splits it: its password runs from the first ':' of the part after
+# '://' to the first '@' (sqlalchemy.engine.url's own pattern)
+_URL_PASSWORD = re.compile(r"(?P<head>[\w+.-]+://[^:/@]*:)(?P<password>[^@]*)(?=@)")
+
+
+def render_url(url: object) -> str:
+    """``url`` (a string or a SQLAlchemy ``URL``) for a message or a log line, its password
+    hidden: SQLAlchemy's ``render_as_string(hide_password=True)``. A string SQLAlchemy
+    cannot parse (a bad port, say) has the part it would take as the password hidden."""
+    from sqlalchemy.engine import URL, make_url
+
+    if isinstance(url, URL):
+        return url.render_as_string(hide_password=True)
+    text = str(url)
+    try:
+        return make_url(text).render_as_string(hide_password=True)
+    except Exception:  # not a URL SQLAlchemy reads: hide what would be the password
+        return _URL_PASSWORD.sub(r"\g<head>***", text)
+
+
+def shown(value: object, limit: int = 80) -> str:
+    """``repr(value)`` for a message about a refused argument, at most ``limit`` characters,
+    a URL's password hidden (a URL string passed where an Engine belongs is the usual one)."""
+    text = repr(render_url(value)) if isinstance(value, str) and "://" in value else repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def redact(text: str, *urls: object) -> str:
+    """``text`` with the password of each of ``urls`` replaced by ``***`` wherever it
+    appears: as SQLAlchemy reads it, as it was typed (%-escaped) and %-escaped again. For a
+    driver's message that echoes what it was given; a password shorter than 3 characters is
+    left (it would blank out ordinary words and hides nothing)."""
+    from urllib.parse import quote, quote_plus, unquote
+
+    secrets: set[str] = set()
+    for url in urls:
+        password = getattr(url, "password", None)
+        if isinstance(password, str):
+            secrets.add(password)
+        typed = _URL_PASSWORD.match(str(url)) if isinstance(url, str) else None
+        if typed:
+            secrets |= {typed["password"], unquote(typed["password"])}
+    for secret in list(secrets):
+        secrets |= {quote(secret, safe=""), quote_plus(secret), repr(secret)[1:-1]}
+    for secret in sorted(secrets, key=len, reverse=True):
+        if len(secret) >= 3:
+            text = text.replace(secret, "***")
+    return text

@@ -41,5 +41,10 @@ class UnsupportedOnDialectError(ShardingError, NotImplementedError):
     """A construct cannot be honoured on the dialect in use."""
 
 
+class SuccessorWriteError(ShardingError, RuntimeError):
+    """A write to a table with a successor (a key reshard under way) ran, but could not be
+    mirrored into the successor: its transaction must roll back (COMMIT is refused)."""
+
+
 class ShardingWarning(UserWarning):
     """Something sharded-orm cannot check, such as raw SQL writing a sharded table."""

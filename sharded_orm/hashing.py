@@ -60,10 +60,24 @@ INT64_MIN: Final = -(1 << 63)
 INT64_MAX: Final = (1 << 63) - 1
 
 
+def show(value: object) -> str:
+    """``repr(value)`` for an error message, bounded: an int too long to print (Python
+    refuses more than 4,300 digits) or any very long text is described, not printed."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        if value.bit_length() > 256:
+            return f"an int of about {int(value.bit_length() * 0.30103) + 1:,} digits"
+        return int.__repr__(value)
+    try:
+        text = repr(value)
+    except Exception:  # noqa: BLE001 - a value whose repr fails is still named
+        return f"a {type(value).__name__}"
+    return text if len(text) <= 200 else f"{text[:120]}... ({len(text):,} characters)"
+
+
 def _int64(value: int) -> int:
     if not INT64_MIN <= value <= INT64_MAX:
         raise ShardValueError(
-            f"cannot hash {value}: it is out of the INT64 range a Spanner column holds"
+            f"cannot hash {show(value)}: it is out of the INT64 range a Spanner column holds"
         )
     return value
 
@@ -84,13 +98,24 @@ def _text_uuid(value: uuid.UUID) -> str:
     return str(value)
 
 
+#: Longest fixed-notation text of a Decimal hashed (digits on both sides of the point):
+#: far beyond any database's NUMERIC, short of a text that would take memory and time.
+MAX_DECIMAL_DIGITS: Final = 4300
+
+
 def _text_decimal(value: Decimal) -> str:
     if not value.is_finite():
         raise ShardValueError(
-            f"cannot hash the non-finite Decimal {value!r}: Spanner NUMERIC has none"
+            f"cannot hash the non-finite Decimal {show(value)}: Spanner NUMERIC has none"
         )
     if value.is_zero():
         return "0"
+    digits, exponent = len(value.as_tuple().digits), int(value.as_tuple().exponent)
+    if max(digits + exponent, -exponent, digits) > MAX_DECIMAL_DIGITS:
+        raise ShardValueError(
+            f"cannot hash the Decimal {show(value)}: written out it has more than "
+            f"{MAX_DECIMAL_DIGITS:,} digits, far beyond any NUMERIC column"
+        )
     # Fixed notation, no exponent, no trailing zeros: what CAST(NUMERIC AS STRING) prints.
     # normalize() in a context holding every digit: the default 28 digits would round a
     # NUMERIC(38, 9) value
@@ -109,9 +134,29 @@ TWO_DIGITS: Final = tuple(f"{i:02d}" for i in range(100))
 THREE_DIGITS: Final = tuple(f"{i:03d}" for i in range(1000))
 
 
+def _offset(value: _dt.datetime) -> _dt.timedelta | None:
+    """``value.utcoffset()``; a tzinfo that gives no valid offset is a ShardValueError."""
+    try:
+        return value.utcoffset()
+    except (ValueError, TypeError, OverflowError) as exc:
+        raise ShardValueError(
+            f"cannot hash {show(value)}: its tzinfo gives no valid UTC offset ({exc})"
+        ) from None
+
+
+def _as_utc(value: _dt.datetime) -> _dt.datetime:
+    """The UTC instant of an aware datetime; out of years 1-9999 is a ShardValueError."""
+    try:
+        return value.astimezone(_UTC)
+    except (OverflowError, ValueError):
+        raise ShardValueError(
+            f"cannot hash {show(value)}: its UTC instant is out of range (years 1-9999)"
+        ) from None
+
+
 def _text_datetime(value: _dt.datetime) -> str:
     if value.tzinfo is not _UTC:
-        offset = value.utcoffset()
+        offset = _offset(value)
         if offset is None:
             raise ShardValueError(
                 f"cannot hash the naive datetime {value!r}: a shard needs an absolute instant. "
@@ -119,12 +164,7 @@ def _text_datetime(value: _dt.datetime) -> str:
                 "as sharded_orm.UTCDateTime so values read back from SQLite are aware too."
             )
         if offset:
-            try:
-                value = value.astimezone(_UTC)
-            except OverflowError:
-                raise ShardValueError(
-                    f"cannot hash {value!r}: its UTC instant is out of range (years 1-9999)"
-                ) from None
+            value = _as_utc(value)
     # DatetimeWithNanoseconds keeps nanoseconds aside and its microsecond field is already
     # truncated, exactly like %E6S on the server. (The hot paths build the same text from
     # lookup tables: ``piece_function`` and ``sharded_orm.write.fastpath``.)
@@ -189,13 +229,27 @@ def canonical_text(value: object) -> str:
     return enc(value)
 
 
-def _utf8_len(text: str) -> int:
+def _noutf8(text: str) -> ShardValueError:
+    return ShardValueError(
+        f"cannot hash {show(text)}: it holds a lone surrogate, which has no UTF-8 form "
+        "(no database column stores it)"
+    )
+
+
+def utf8_len(text: str) -> int:
+    """The UTF-8 byte length of ``text``; a lone surrogate is a ShardValueError."""
     try:
         return len(text.encode())
     except UnicodeEncodeError:
-        raise ShardValueError(
-            f"cannot hash {text!r}: it holds a lone surrogate, which has no UTF-8 form"
-        ) from None
+        raise _noutf8(text) from None
+
+
+def utf8(text: str) -> bytes:
+    """``text`` in UTF-8; a lone surrogate is a ShardValueError."""
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise _noutf8(text) from None
 
 
 def canonical_string(values: Sequence[object]) -> str:
@@ -213,7 +267,7 @@ def canonical_string(values: Sequence[object]) -> str:
             enc = _encoder_for(type(value))
         text = enc(value)
         # len(str) counts code points; the prefix counts UTF-8 bytes.
-        out += f"{len(text) if text.isascii() else _utf8_len(text)}:{text}"
+        out += f"{len(text) if text.isascii() else utf8_len(text)}:{text}"
     return out
 
 
@@ -240,13 +294,13 @@ def concat_text(value: object) -> str:
     if isinstance(value, str):
         return str.__str__(value)
     if isinstance(value, int) and not isinstance(value, bool):
-        return str(int.__index__(value))
+        return str(_int64(int.__index__(value)))
     if isinstance(value, _dt.datetime):
-        if value.utcoffset() is None:
+        if _offset(value) is None:
             raise ShardValueError(
-                f"cannot hash naive datetime {value!r}: attach a timezone, e.g. timezone.utc"
+                f"cannot hash naive datetime {show(value)}: attach a timezone, e.g. timezone.utc"
             )
-        utc = value.astimezone(_UTC)
+        utc = _as_utc(value)
         return _datetime_isoformat(
             _dt.datetime(
                 utc.year, utc.month, utc.day, utc.hour, utc.minute, utc.second, utc.microsecond
@@ -256,12 +310,12 @@ def concat_text(value: object) -> str:
         return _date_isoformat(value)
     raise ShardTypeError(
         f"the crc32_concat form takes str, int, date or aware datetime sources, got "
-        f"{value!r} ({type(value).__name__})"
+        f"{show(value)} ({type(value).__name__})"
     )
 
 
 def _crc32_concat(values: Sequence[object], count: int) -> int:
-    return zlib.crc32("".join([concat_text(v) for v in values]).encode("utf-8")) % count
+    return zlib.crc32(utf8("".join([concat_text(v) for v in values]))) % count
 
 
 def hash_string(data: str, algorithm: str = CRC32) -> int:
@@ -338,104 +392,8 @@ def shard_function(count: int, algorithm: str = CRC32) -> Callable[[Sequence[obj
     return shard_fp
 
 
-# --------------------------------------------------------------------------- hot path
-
-#: Fast paths of :func:`piece_function`, by the Python type a column stores.
-PIECE_STR: Final = "str"
-PIECE_INT: Final = "int"
-PIECE_UTC_DATETIME: Final = "utc_datetime"
-
-
-def canonical_piece(value: object) -> str:
-    """``<UTF-8 byte length>:<canonical text>`` of one value: one source's part of the string."""
-    text = canonical_text(value)
-    return f"{len(text) if text.isascii() else _utf8_len(text)}:{text}"
-
-
-def piece_function(kind: str | None, coerce: Callable[[Any], Any]) -> Callable[[Any], str]:
-    """``value -> canonical_piece(coerce(value))``, with the common exact types (``kind``:
-    a plain ``str``, an ``int``, a datetime in ``timezone.utc``) encoded inline, because this
-    runs once per source per row on every insert."""
-
-    def slow(v: Any) -> str:
-        return canonical_piece(coerce(v))
-
-    if kind == PIECE_STR:
-
-        def piece_str(v: Any) -> str:
-            if v.__class__ is str:
-                return f"{len(v) if v.isascii() else _utf8_len(v)}:{v}"
-            return slow(v)
-
-        return piece_str
-    if kind == PIECE_INT:
-        lo, hi = INT64_MIN, INT64_MAX
-
-        def piece_int(v: Any) -> str:
-            if v.__class__ is int and lo <= v <= hi:
-                t = str(v)
-                return f"{len(t)}:{t}"
-            return slow(v)
-
-        return piece_int
-    if kind == PIECE_UTC_DATETIME:
-        dt_class = _dt.datetime
-
-        d2, d3 = TWO_DIGITS, THREE_DIGITS
-
-        def piece_dt(v: Any) -> str:
-            if v.__class__ is dt_class and v.tzinfo is _UTC and v.year >= 1000:
-                us = v.microsecond
-                return (
-                    f"27:{v.year}-{d2[v.month]}-{d2[v.day]}T{d2[v.hour]}:{d2[v.minute]}"
-                    f":{d2[v.second]}.{d3[us // 1000]}{d3[us % 1000]}Z"
-                )
-            return slow(v)
-
-        return piece_dt
-    return slow
-
-
-def shard_function_of_pieces(
-    pieces: Sequence[Callable[[Any], str]], count: int, algorithm: str = CRC32
-) -> Callable[[Sequence[object]], int]:
-    """A shard function over source values, each turned into its piece by ``pieces[i]``
-    (for ``crc32_concat``: its :func:`concat_text`)."""
-    validate_count(count)
-    algorithm = validate_algorithm(algorithm)
-    if algorithm == CRC32_CONCAT:
-
-        def concat(values: Sequence[object]) -> int:
-            text = "".join([p(v) for p, v in zip(pieces, values, strict=True)])
-            return zlib.crc32(text.encode("utf-8")) % count
-
-        return concat
+def hash_function(algorithm: str) -> Callable[[str], int]:
+    """The raw hash of ``crc32`` or ``farm_fingerprint`` (see :func:`hash_string`)."""
     if algorithm == CRC32:
-        crc32 = zlib.crc32
-        if len(pieces) == 1:
-            (p0,) = pieces
-
-            def one(values: Sequence[object]) -> int:
-                return crc32(p0(values[0]).encode()) % count
-
-            return one
-        if len(pieces) == 2:
-            p0, p1 = pieces
-
-            def two(values: Sequence[object]) -> int:
-                return crc32((p0(values[0]) + p1(values[1])).encode()) % count
-
-            return two
-
-        def many(values: Sequence[object]) -> int:
-            return (
-                crc32("".join([p(v) for p, v in zip(pieces, values, strict=True)]).encode()) % count
-            )
-
-        return many
-    fn = _HASHES[algorithm]
-
-    def fp(values: Sequence[object]) -> int:
-        return fn("".join([p(v) for p, v in zip(pieces, values, strict=True)])) % count
-
-    return fp
+        return _crc32
+    return _HASHES[validate_algorithm(algorithm)]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import zlib
+from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
@@ -145,3 +146,51 @@ def test_crc32_concat_refuses_what_has_no_plain_text() -> None:
     assert compute_shard([7, dt.date(2020, 1, 2)], 4, "crc32_concat") == (
         zlib.crc32(b"72020-01-02") % 4
     )
+
+
+def test_a_row_stored_without_its_fraction_is_reported_and_found_once_rewritten(
+    tmp_path: Path,
+) -> None:
+    """R4: the seed's own code, through Python's sqlite3 adapter, stores a timestamp with 0
+    microseconds as ``2018-05-01 15:16:03`` (no fraction). Its shard is right, but ``==``
+    binds ``...03.000000``, so no lookup (sharded or not) finds it: ``verify`` reports it,
+    and once rewritten in the column's own text the point lookup finds it."""
+    engine = sa.create_engine(f"sqlite:///{tmp_path / 'seed.db'}")
+    Base.metadata.create_all(engine)
+    rows = [(f"Acme-{i}", f"user{i}", utcnow_like(i)) for i in range(3)]  # row 0: 0 us
+    raw = engine.raw_connection()
+    try:
+        raw.cursor().executemany(
+            "INSERT INTO adopt_log_entries (CompanyId, UserId, Timestamp, EntryShardId, "
+            "LogEntry) VALUES (?, ?, ?, ?, 'old')",
+            [(c, u, ts.isoformat(" "), seed_shard(c, ts)) for c, u, ts in rows],
+        )
+        raw.commit()
+    finally:
+        raw.close()
+
+    def found(company: str, ts: dt.datetime) -> list[str]:
+        with Session(engine) as s:
+            aware = ts.replace(tzinfo=UTC)
+            point = sharded_select(LogEntry, index="LogEntriesByCompany").where(
+                LogEntry.company_id == company, LogEntry.ts == aware
+            )
+            plain = sa.select(LogEntry).where(LogEntry.company_id == company, LogEntry.ts == aware)
+            got = [e.user_id for e in s.scalars(point)]
+            assert got == [e.user_id for e in s.scalars(plain)]  # the unsharded answer
+            return got
+
+    report = verify(engine, LogEntry, progress_mode="off")
+    assert report.rows_checked == 3 and report.mismatched == {"EntryShardId": 1}
+    assert found(*rows[0][::2]) == []  # no "=" finds it: it is reported, not clean
+    assert found(*rows[1][::2]) == ["user1"]
+    with engine.begin() as conn:  # the rewrite docs/shard_columns.md gives
+        conn.execute(
+            sa.text(
+                "UPDATE adopt_log_entries SET Timestamp = Timestamp || '.000000' "
+                "WHERE length(Timestamp) = 19"
+            ).execution_options(sharded_orm_raw_sql_ok=True)
+        )
+    assert verify(engine, LogEntry, progress_mode="off").ok
+    assert found(*rows[0][::2]) == ["user0"]
+    engine.dispose()

@@ -154,6 +154,10 @@ def test_progress_goes_to_the_log_off_a_terminal(
         (entries(1)[0], {}, ShardTypeError, "rows must be an iterable of mappings"),
         (entries(1), {"progress": "yes"}, ShardTypeError, "progress"),
         (entries(1), {"deadline": -1}, ShardConfigError, "deadline"),
+        (entries(1), {"deadline": float("inf")}, ShardConfigError, "deadline must be a positive"),
+        (entries(1), {"deadline": 1e300}, ShardConfigError, "deadline must be a positive"),
+        (entries(1), {"deadline": "60"}, ShardTypeError, "deadline"),
+        (entries(1), {"batch_bytes": 10**12}, ShardConfigError, "batch_bytes must be at most"),
         (entries(1), {"commit_timeout": 0}, ShardConfigError, "commit_timeout"),
         (entries(1), {"commit_timeout": 7200}, ShardConfigError, "commit_timeout"),
         (

@@ -326,7 +326,7 @@ def _subparsers() -> dict[str, Any]:
 
 def test_every_option_has_help_and_shows_its_default() -> None:
     subs = _subparsers()
-    assert set(subs) == {"lint", "simulate", "doctor", "verify", "backfill"}
+    assert set(subs) == {"lint", "simulate", "doctor", "verify", "backfill", "advise"}
     for name, sub in subs.items():
         text = sub.format_help()
         for action in sub._actions:
@@ -349,6 +349,52 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
 
     assert main(["--version"]) == 0
     assert capsys.readouterr().out.strip() == f"sharded-orm {version('sharded-orm')}"
+
+
+#: what ``--version`` and ``--help`` may load of the package: what ``import sharded_orm``
+#: loads (its registrations, tests/test_package.py) and the parsers
+PARSER_MODULES = {
+    "sharded_orm.tools",
+    "sharded_orm.tools.advise_cli",
+    "sharded_orm.tools.cli",
+    "sharded_orm.tools.commands",
+    "sharded_orm.tools.contract",
+    "sharded_orm.tools.database",
+    "sharded_orm.tools.fix_cli",
+    "sharded_orm.tools.targets",
+}
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [("--version",), ("--help",)]
+    + [(sub, "--help") for sub in ("lint", "simulate", "doctor", "verify", "backfill")],
+    ids=" ".join,
+)
+def test_version_and_help_load_only_the_parsers(argv: tuple[str, ...]) -> None:
+    """They took 2-3 s when the command imported the whole package and the tools first;
+    each subcommand now imports what it runs when it runs (timing: benchmarks/bench_import.py)."""
+    from test_package import EAGER_LAYERS
+
+    code = (
+        "import json, sys, sqlalchemy.orm\n"
+        "before = set(sys.modules)\n"
+        "from sharded_orm.tools.cli import main\n"
+        f"assert main({list(argv)!r}) == 0\n"
+        "print(json.dumps(sorted(set(sys.modules) - before)), file=sys.stderr)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    loaded = set(json.loads(proc.stderr.strip().splitlines()[-1]))
+    ours = {m for m in loaded if m.startswith("sharded_orm.")}
+    extra = sorted(m for m in ours - PARSER_MODULES if m.split(".")[1] not in EAGER_LAYERS)
+    assert not extra, f"{' '.join(argv)} loads {extra}"
+    others = {
+        m
+        for m in loaded
+        if m.split(".")[0] not in ("sharded_orm", "sqlalchemy", *sys.stdlib_module_names)
+    }
+    assert not others, sorted(others)
 
 
 def test_simulate_help_has_text_and_defaults(capsys: pytest.CaptureFixture[str]) -> None:

@@ -676,6 +676,9 @@ NOT_RUN: dict[tuple[str, str], str] = {
     ("migrations.md", "python backfill_logs.py"): "the reader's own pipeline script, on "
     "Dataflow (a Google Cloud project); `alembic upgrade head` runs in the page's Python blocks",
     ("testing.md", "sharded-orm: emulator tests:"): "output of the pytest plugin, not a command",
+    ("hotspots.md", "$ sharded-orm doctor splits.csv myapp.models:Base --fix"): "needs the "
+    "reader's Alembic project and a Spanner database; the same lines run in "
+    "tests/test_doctor_fix.py (--fix into a project) and tests/test_advise.py (advise)",
     ("testing.md", "peer/sqlalchemy/run.sh stock"): "a peer suite: CI runs it (.ci/run) with "
     "the downloaded sdist, minutes per run",
     ("testing.md", "peer/spanner_compliance/run.sh stock"): "a peer suite: CI runs it "

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 from google.api_core.datetime_helpers import DatetimeWithNanoseconds
 from hypothesis import given
 from hypothesis import strategies as st
@@ -21,9 +22,12 @@ from sharded_orm import (
     ShardingError,
     ShardTypeError,
     ShardValueError,
+    UTCDateTime,
     canonical_string,
     canonical_text,
     compute_shard,
+    get_shard_column,
+    shard_column,
 )
 
 UTC = dt.timezone.utc
@@ -367,3 +371,129 @@ def test_the_column_shard_function_equals_compute_shard(
     except ShardingError as exc:
         got = type(exc)
     assert got == expected
+
+
+# --------------------------------------------------------------------------- odd values (R5)
+
+fixed_offsets = st.builds(
+    dt.timezone,
+    st.timedeltas(
+        min_value=-dt.timedelta(hours=23, minutes=59), max_value=dt.timedelta(hours=23, minutes=59)
+    ),
+)
+#: everything a caller can hand a shard function: the accepted types over their whole
+#: range (lone surrogates, ints of thousands of digits, the first and last instants at
+#: any offset, Decimals of any exponent) and types that are refused
+odd_values = st.one_of(
+    st.text(st.characters(codec=None, exclude_categories=()), max_size=8),
+    st.sampled_from(["\ud800", "a\udfff", "\udc80b", "é\ud83d"]),
+    st.integers(),
+    st.sampled_from([10**5000, -(10**5000), 2**63, -(2**63) - 1, 10**4300]),
+    st.datetimes(timezones=st.one_of(st.none(), fixed_offsets, st.timezones())),
+    st.sampled_from(
+        [
+            dt.datetime(1, 1, 1, tzinfo=dt.timezone(dt.timedelta(hours=5))),
+            dt.datetime(9999, 12, 31, 23, tzinfo=dt.timezone(dt.timedelta(hours=-5))),
+            dt.datetime.min.replace(tzinfo=dt.timezone(dt.timedelta(hours=23, minutes=59))),
+            dt.datetime.max.replace(tzinfo=dt.timezone(-dt.timedelta(hours=23, minutes=59))),
+        ]
+    ),
+    st.dates(),
+    st.decimals(),
+    st.sampled_from([Decimal("1E+999999999"), Decimal("-1E-999999999"), Decimal("NaN")]),
+    st.binary(max_size=8),
+    st.uuids(),
+    st.booleans(),
+    st.none(),
+    st.floats(),
+)
+
+
+@pytest.mark.parametrize("algorithm", ["crc32", "farm_fingerprint", "crc32_concat"])
+@given(values=st.lists(odd_values, min_size=1, max_size=3), count=st.integers(1, 1 << 16))
+def test_any_value_is_a_shard_or_a_sharding_error_naming_it(
+    algorithm: str, values: list[object], count: int
+) -> None:
+    """No raw UnicodeEncodeError, ValueError or OverflowError: a value outside what the
+    algorithm accepts is a ShardingError whose message says what is wrong with it."""
+    try:
+        shard = compute_shard(values, count, algorithm)
+    except ShardingError as exc:
+        assert "cannot hash" in str(exc) or "takes" in str(exc), exc
+        assert len(str(exc)) < 1000  # a 5,000-digit int is described, not printed
+    else:
+        assert 0 <= shard < count
+
+
+@pytest.mark.parametrize(
+    ("value", "why"),
+    [
+        pytest.param("a\ud800", "lone surrogate", id="surrogate"),
+        pytest.param(10**5000, "INT64", id="huge-int"),
+        pytest.param(-(10**5000), "INT64", id="huge-negative-int"),
+        pytest.param(
+            dt.datetime(1, 1, 1, tzinfo=dt.timezone(dt.timedelta(hours=5))), "out of range", id="y1"
+        ),
+        pytest.param(
+            dt.datetime(9999, 12, 31, 23, tzinfo=dt.timezone(dt.timedelta(hours=-5))),
+            "out of range",
+            id="y9999",
+        ),
+    ],
+)
+@pytest.mark.parametrize("algorithm", ["crc32", "farm_fingerprint", "crc32_concat"])
+def test_the_reported_odd_values_name_their_problem(algorithm: str, value: Any, why: str) -> None:
+    with pytest.raises(ShardValueError, match=why):
+        compute_shard([value], 16, algorithm)
+
+
+def test_a_decimal_too_long_to_write_out_is_refused_at_once() -> None:
+    with pytest.raises(ShardValueError, match="digits"):
+        compute_shard(Decimal("1E+999999999"), 16)
+    assert 0 <= compute_shard(Decimal("1E+4000"), 16) < 16  # long, but written out
+
+
+_COLUMN_TYPES = {
+    "String": sa.String(40),
+    "Integer": sa.BigInteger(),
+    "Boolean": sa.Boolean(),
+    "Numeric": sa.Numeric(38, 9),
+    "Date": sa.Date(),
+    "DateTime": sa.DateTime(timezone=True),
+    "UTCDateTime": UTCDateTime(),
+    "LargeBinary": sa.LargeBinary(),
+    "Uuid": sa.Uuid(),
+}
+
+
+@pytest.mark.parametrize("algorithm", ["crc32", "farm_fingerprint", "crc32_concat"])
+@pytest.mark.parametrize("type_name", list(_COLUMN_TYPES))
+@given(value=odd_values)
+def test_any_value_through_a_column_is_a_shard_or_a_sharding_error(
+    type_name: str, algorithm: str, value: object
+) -> None:
+    """The same through a shard column's own function (the write and lookup paths):
+    stored-value coercion first, then the algorithm."""
+    sc = _odd_shard_column(type_name, algorithm)
+    try:
+        shard = sc.compute([value])
+    except ShardingError as exc:
+        assert len(str(exc)) < 1000
+    else:
+        assert 0 <= shard < 16
+
+
+_odd_columns: dict[tuple[str, str], Any] = {}
+
+
+def _odd_shard_column(type_name: str, algorithm: str) -> Any:
+    key = (type_name, algorithm)
+    if key not in _odd_columns:
+        table = sa.Table(
+            f"odd_{type_name}_{algorithm}",
+            sa.MetaData(),
+            sa.Column("src", _COLUMN_TYPES[type_name]),
+            shard_column("src", count=16, algorithm=algorithm, name="shard").column,
+        )
+        _odd_columns[key] = get_shard_column(table)
+    return _odd_columns[key]

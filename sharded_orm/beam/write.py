@@ -23,6 +23,7 @@ from sharded_orm.beam.spanner_io import (
 from sharded_orm.errors import ShardConfigError
 from sharded_orm.load.bulk import MAX_MUTATIONS
 from sharded_orm.schema.columns import table_of
+from sharded_orm.write.successor_plan import successor_of
 
 #: Tag of the dead-letter output: ``{"row": <the input>, "reason": "..."}`` per bad row.
 DEAD_LETTER = "dead_letter"
@@ -135,6 +136,15 @@ class WriteSharded(beam.PTransform[Any, Any]):
             raise ShardConfigError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
         self.path = model_path(model)
         refuse_server_filled_keys(table_of(model))  # now, not on the workers
+        successor = successor_of(table_of(model))
+        if successor is not None:
+            raise ShardConfigError(
+                f"{table_of(model).name} has a successor ({successor.name}, a key reshard "
+                "under way): a pipeline's mutations would reach it alone, not the successor. "
+                "Load it before declare_successor (the copy takes the rows across), after the "
+                f"contract into {successor.name}, or meanwhile with bulk_load (both tables in "
+                "each commit)."
+            )
         self.mode = mode
         self.writer = spanner_writer(
             project_id,

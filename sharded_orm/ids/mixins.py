@@ -45,6 +45,12 @@ from sharded_orm.schema.columns import (
     shard_column,
     table_of,
 )
+from sharded_orm.schema.mixins import (
+    COMPUTED,
+    dataclass_options,
+    dataclass_ready,
+    made_at_flush,
+)
 from sharded_orm.spanner import SPANNER_DIALECT_NAMES
 from sharded_orm.write.orm_events import install_mapper_events
 
@@ -76,12 +82,14 @@ def new_uuid() -> str:
     return str(uuid.uuid4())
 
 
+@dataclass_ready
 class UUIDPrimaryKeyMixin:
     """``id``: a random UUID v4 as a 36-character string, filled client-side on every path."""
 
     @declared_attr
     def id(cls) -> Mapped[str]:
-        return mapped_column(String(36), primary_key=True, default=new_uuid, sort_order=-100)
+        args, kwargs = made_at_flush(cls, new_uuid)
+        return mapped_column(String(36), *args, primary_key=True, sort_order=-100, **kwargs)
 
     @validates("id")
     def _check_id(self, key: str, value: Any) -> Any:
@@ -104,6 +112,7 @@ class UUIDPrimaryKeyMixin:
         return value
 
 
+@dataclass_ready
 class BitReversedPrimaryKeyMixin:
     """``id``: a positive, bit-reversed value from Spanner's identity sequence.
 
@@ -119,11 +128,14 @@ class BitReversedPrimaryKeyMixin:
 
     @declared_attr
     def id(cls) -> Mapped[int]:
+        args, kwargs = made_at_flush(cls, None)  # the database's sequence makes it
         return mapped_column(
             BigInteger().with_variant(Integer(), "sqlite"),
             Identity(),
+            *args,
             primary_key=True,
             sort_order=-100,
+            **kwargs,
         )
 
     @validates("id")
@@ -131,6 +143,7 @@ class BitReversedPrimaryKeyMixin:
         return None if value is None else _int64_id(self, value, positive=True)
 
 
+@dataclass_ready
 class HashedPrimaryKeyMixin:
     """Key ``(hashed_id, id)`` with ``hashed_id = compute_shard(id, __hash_buckets__)``.
 
@@ -151,7 +164,12 @@ class HashedPrimaryKeyMixin:
     @declared_attr
     def hashed_id(cls) -> Mapped[int]:
         return shard_column(
-            "id", count=cls.__hash_buckets__, primary_key=True, autoincrement=False, sort_order=-101
+            "id",
+            count=cls.__hash_buckets__,
+            primary_key=True,
+            autoincrement=False,
+            sort_order=-101,
+            **dataclass_options(cls, COMPUTED),
         )
 
     @declared_attr
@@ -162,12 +180,13 @@ class HashedPrimaryKeyMixin:
                 f"{getattr(cls, '__name__', cls)}.__id_default__ makes the next id: give a "
                 f"callable (e.g. TableSequence(...).next_id), got {make_id!r}"
             )
+        if make_id is None:  # given by the caller: a required keyword in a dataclass model
+            args: list[Any] = []
+            kwargs = dataclass_options(cls, {"kw_only": True})
+        else:
+            args, kwargs = made_at_flush(cls, make_id)
         return mapped_column(
-            BigInteger,
-            primary_key=True,
-            autoincrement=False,
-            default=make_id,
-            sort_order=-100,
+            BigInteger, *args, primary_key=True, autoincrement=False, sort_order=-100, **kwargs
         )
 
     @validates("id")

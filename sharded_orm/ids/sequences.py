@@ -26,7 +26,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from sharded_orm.checks import check_identifier
+from sharded_orm.checks import check_identifier, shown
 from sharded_orm.errors import (
     ShardConfigError,
     ShardingError,
@@ -107,7 +107,7 @@ class _Pooled:
         self, engine: sa.Engine, block_size: int, deadline: float, max_retries: int
     ) -> None:
         if not isinstance(engine, sa.Engine):
-            raise ShardTypeError(f"engine must be a SQLAlchemy Engine, got {engine!r:.80}")
+            raise ShardTypeError(f"engine must be a SQLAlchemy Engine, got {shown(engine)}")
         self.engine = engine
         self.block_size = _check_block(block_size)
         self.deadline: float = _check_deadline(deadline)

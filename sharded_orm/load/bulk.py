@@ -12,7 +12,9 @@ build secondary indexes after the load. ``bulk_load`` does exactly that:
 2. Rows are sorted by key and cut into ``10 * workers`` contiguous ranges; range ``r``
    belongs to worker ``r % workers``, so no two workers write the same part of the key
    space; each worker commits its batches in a shuffled order, so no stream runs in key
-   order.
+   order. The input is read once and staged on disk to do this
+   (:mod:`sharded_orm.load.staging`): memory is bounded by the batch and worker
+   settings, not by the number of rows.
 3. On Spanner each batch is one commit through the mutation API (``insert`` or
    ``insert_or_update``), within 80,000 mutations, 100 MB and ``batch_bytes``, each
    attempt bounded by ``commit_timeout`` and the whole load by ``deadline`` (cleanup
@@ -27,6 +29,7 @@ build secondary indexes after the load. ``bulk_load`` does exactly that:
 
 from __future__ import annotations
 
+import tempfile
 import time
 from collections.abc import Iterable, Mapping
 from contextlib import suppress
@@ -34,15 +37,15 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from sharded_orm.checks import check_positive_int
+from sharded_orm.checks import check_positive_int, check_seconds, shown
 from sharded_orm.errors import ShardConfigError, ShardTypeError, UnsupportedOnDialectError
 from sharded_orm.load.prepare import (
     BulkValidationError,
+    RowPreparer,
     mutations_per_row,
-    plan_batches,
-    prepare_rows,
     written_columns,
 )
+from sharded_orm.load.staging import close_batches, stage
 from sharded_orm.load.writers import (
     BulkLoadError,
     BulkLoadReport,
@@ -78,12 +81,12 @@ def _is_database(bind: object) -> bool:
 
 
 def _check_arguments(bind: Any, workers: Any, batch_bytes: Any, mode: Any, seed: Any,
-                     progress: Any, commit_timeout: Any) -> None:  # fmt: skip
+                     progress: Any, commit_timeout: Any, deadline: Any) -> None:  # fmt: skip
     if not isinstance(bind, (sa.Engine, sa.Connection)) and not _is_database(bind):
         hint = " (create_engine(url) first)" if isinstance(bind, str) else ""
         raise ShardTypeError(
             "bind must be a SQLAlchemy Engine or Connection, or a google-cloud-spanner "
-            f"Database; got {type(bind).__name__} {bind!r:.80}{hint}"
+            f"Database; got {type(bind).__name__} {shown(bind)}{hint}"
         )
     check_positive_int(workers, "workers")
     if workers > MAX_WORKERS:
@@ -92,6 +95,11 @@ def _check_arguments(bind: Any, workers: Any, batch_bytes: Any, mode: Any, seed:
             "with its own session; more only queue up (split the load over processes instead)"
         )
     check_positive_int(batch_bytes, "batch_bytes")
+    if batch_bytes > MAX_COMMIT_BYTES:
+        raise ShardConfigError(
+            f"batch_bytes must be at most {MAX_COMMIT_BYTES} (100 MB, what one Spanner commit "
+            f"may carry), got {batch_bytes}"
+        )
     if mode not in MODES:
         raise ShardConfigError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
     if isinstance(seed, bool) or not isinstance(seed, int):
@@ -102,6 +110,36 @@ def _check_arguments(bind: Any, workers: Any, batch_bytes: Any, mode: Any, seed:
         raise ShardTypeError(f"commit_timeout must be a number of seconds, got {commit_timeout!r}")
     if not 0 < commit_timeout <= 3600:
         raise ShardConfigError(f"commit_timeout must be in (0, 3600] s, got {commit_timeout}")
+    if deadline is not None:
+        if isinstance(deadline, bool) or not isinstance(deadline, (int, float)):
+            raise ShardTypeError(f"deadline must be a number of seconds or None, got {deadline!r}")
+        # the library's one rule for durations: no inf (None is "no overall limit")
+        check_seconds(deadline, "deadline")
+
+
+def _check_successor(table: sa.Table, mode: str, on_spanner: bool) -> None:
+    """A load is mirrored exactly when each row's successor row follows from the row
+    alone: always for ``insert``; for ``insert_or_update`` only through Spanner's
+    mutations (elsewhere it is INSERT OR REPLACE, which deletes the rows a unique index
+    conflicts with) and when the new key follows from the old key (a row loaded over
+    another would move in the successor, and a mutation cannot delete its old place)."""
+    successor = successor_of(table)
+    if successor is None or mode != "insert_or_update":
+        return
+    if not on_spanner or not mirror_plan(table, successor).follows_key:
+        why = (
+            "off Spanner it is INSERT OR REPLACE, which deletes any row a unique index "
+            "conflicts with"
+            if not on_spanner
+            else f"{successor.name}'s key depends on columns a loaded row may change, and "
+            "a mutation cannot delete the row's old place there"
+        )
+        raise ShardConfigError(
+            f"bulk_load(mode='insert_or_update') into {table.name}, which has a successor "
+            f"({successor.name}, a key reshard under way), cannot be mirrored: {why}. Load "
+            "new rows with mode='insert' and change existing ones with update(), or load "
+            "before declare_successor (the copy then takes the rows across)."
+        )
 
 
 def bulk_load(
@@ -122,8 +160,10 @@ def bulk_load(
     """Load ``rows`` into a table: key-range partitioned, parallel, retried, reported.
 
     ``bind`` is an Engine or Connection (or, on Spanner, a google-cloud-spanner
-    ``Database``); ``rows`` are mappings keyed by attribute or column key, each key once.
-    Every row is checked before anything is written. A failed commit is retried at most
+    ``Database``); ``rows`` are mappings keyed by attribute or column key, each key once,
+    any iterable (a generator is read once, as it comes: the rows are staged in a
+    temporary directory, not held in memory). Every row is checked before anything is
+    written. A failed commit is retried at most
     ``max_retries`` times (backoff with jitter); each attempt waits at most
     ``commit_timeout`` seconds (and at most a third of ``deadline``, so a hung commit
     leaves time for another attempt), and the whole load ends within ``deadline`` seconds
@@ -135,7 +175,7 @@ def bulk_load(
     out; its message says what was committed. Run the same load with
     ``mode="insert_or_update"`` to finish it.
     """
-    _check_arguments(bind, workers, batch_bytes, mode, seed, progress, commit_timeout)
+    _check_arguments(bind, workers, batch_bytes, mode, seed, progress, commit_timeout, deadline)
     if not isinstance(defer_indexes, bool):
         raise ShardTypeError(f"defer_indexes must be True or False, got {defer_indexes!r}")
     if rows is None or isinstance(rows, Mapping) or not isinstance(rows, Iterable):
@@ -174,72 +214,75 @@ def bulk_load(
         key_order = mutations_module.key_order
     # a key reshard's successor: written in the same commits (elsewhere the engine hook
     # mirrors the Core inserts)
+    _check_successor(table, mode, on_spanner)
     successor = successor_of(table) if on_spanner else None
-    filled: list[dict[str, Any]] = []
-    prep = prepare_rows(
-        table, rows, cols, processors, key_order,
-        on_row=filled.append if successor is not None else None,
-    )  # fmt: skip
-    also = None
+    preparer = RowPreparer(table, cols, processors, key_order)
+    also: tuple[Any, RowPreparer] | None = None
+    per_row = mutations_per_row(table, len(cols), skip_indexes=defer_indexes)
     if successor is not None:
-        mp = mirror_plan(table, successor)
         cols2 = written_columns(successor, on_spanner)
         processors2 = mutations_module.bind_processors(cols2, mutations_module.dialect_of(bind))
-        rows2 = [mp.new_row(r) for r in filled]
-        also = (successor.name, prepare_rows(successor, rows2, cols2, processors2, key_order))
-        del filled, rows2
-    byte_limit = min(batch_bytes, MAX_COMMIT_BYTES)
-    for pos, size in enumerate(prep.sizes):
-        if size > byte_limit:
-            raise BulkValidationError(
-                f"about {size} bytes: larger than one commit may carry ({byte_limit} bytes; "
-                "raise batch_bytes up to 100 MB, or load this row on its own)",
-                pos,
-            )
-    per_row = mutations_per_row(table, len(cols), skip_indexes=defer_indexes)
-    if also is not None:
-        assert successor is not None
-        per_row += mutations_per_row(successor, len(also[1].columns), skip_indexes=False)
+        preparer2 = RowPreparer(successor, cols2, processors2, key_order)
+        also = (mirror_plan(table, successor), preparer2)
+        per_row += mutations_per_row(successor, len(cols2), skip_indexes=False)
     if per_row > MAX_MUTATIONS:
         raise ShardConfigError(
             f"one row of {table.name!r} is {per_row} mutations (columns + index cells), more "
             f"than a commit may hold ({MAX_MUTATIONS}); try defer_indexes=True"
         )
-    batches, by_worker, batch_range = plan_batches(
-        prep, workers, byte_limit, MAX_MUTATIONS // per_row, seed
-    )
-    report = BulkLoadReport(batches=len(batches), mutations_per_row=per_row)
-    report.write_order = {w: [batch_range[b] for b in bs] for w, bs in by_worker.items()}
-    start = time.monotonic()
-    with progress_bar(
-        len(prep.rows),
-        f"bulk_load {table.name}",
-        mode=_PROGRESS[progress],  # type: ignore[arg-type]
-    ) as bar:
-        job = Job(table, prep, batches, by_worker, mode, policy, Deadline(deadline), report,
-                  bar.advance, successor=also)  # fmt: skip
+    # rows are read once and staged on disk (memory bounded by the batch settings)
+    with tempfile.TemporaryDirectory(prefix="sharded-orm-bulk-load-") as directory:
+        staged = stage(
+            rows, preparer, also, directory, workers=workers,
+            byte_limit=min(batch_bytes, MAX_COMMIT_BYTES),
+            rows_per_commit=MAX_MUTATIONS // per_row, seed=seed,
+        )  # fmt: skip
         try:
-            if defer_indexes:
-                drop_indexes(engine, table, report)
-            if on_spanner:
-                load_spanner(mutations_module, mutations_module.database_of(bind), job)
-            else:
-                load_core(engine, job)
-            if defer_indexes:
-                create_indexes(engine, table, report)
-        except BulkLoadError as err:
-            if not defer_indexes:
-                raise
-            _restore_indexes(engine, table, report)
-            cause = err.__cause__ or err
-            raise stopped(report, cause) from cause
-        except Exception as exc:
-            if defer_indexes:
-                _restore_indexes(engine, table, report)
-            raise stopped(report, exc) from exc
+            report = BulkLoadReport(batches=len(staged.counts), mutations_per_row=per_row)
+            report.write_order = {
+                w: [staged.batch_range[b] for b in bs] for w, bs in staged.by_worker.items()
+            }
+            with progress_bar(
+                staged.total,
+                f"bulk_load {table.name}",
+                mode=_PROGRESS[progress],  # type: ignore[arg-type]
+            ) as bar:
+                successor_columns = None if also is None else (also[1].table.name, also[1].names)
+                job = Job(table, preparer.names, staged, mode, policy, Deadline(deadline),
+                          report, bar.advance, successor=successor_columns)  # fmt: skip
+                _run(job, engine, bind, defer_indexes, on_spanner)
         finally:
-            report.elapsed = time.monotonic() - start
+            close_batches(staged)
     return report
+
+
+def _run(job: Job, engine: Any, bind: Any, defer_indexes: bool, on_spanner: bool) -> None:
+    """Write the staged batches (dropping and re-creating indexes around them if asked)."""
+    table, report = job.table, job.report
+    start = time.monotonic()
+    try:
+        if defer_indexes:
+            drop_indexes(engine, table, report)
+        if on_spanner:
+            from sharded_orm.spanner import mutations
+
+            load_spanner(mutations, mutations.database_of(bind), job)
+        else:
+            load_core(engine, job)
+        if defer_indexes:
+            create_indexes(engine, table, report)
+    except BulkLoadError as err:
+        if not defer_indexes:
+            raise
+        _restore_indexes(engine, table, report)
+        cause = err.__cause__ or err
+        raise stopped(report, cause) from cause
+    except Exception as exc:
+        if defer_indexes:
+            _restore_indexes(engine, table, report)
+        raise stopped(report, exc) from exc
+    finally:
+        report.elapsed = time.monotonic() - start
 
 
 def _restore_indexes(engine: Any, table: sa.Table, report: BulkLoadReport) -> None:

@@ -1,9 +1,9 @@
-"""Bulk loading, step 1 and 2: rows prepared and checked, then cut into key ranges.
+"""Bulk loading, step 1: each row prepared and checked.
 
 Pure functions (no I/O): every row is filled (defaults, ids, shard columns as the ORM
-would), checked (types, lengths, INT64 range, duplicate keys) and converted for the wire
-before anything is written, so a bad row stops the load with its position and nothing
-written; then the rows are sorted by key and cut into ranges and batches.
+would), checked (types, lengths, INT64 range) and converted for the wire before anything
+is written, so a bad row stops the load with its position and nothing written. Sorting
+by key, duplicate keys, ranges and batches: :mod:`sharded_orm.load.staging`.
 """
 
 from __future__ import annotations
@@ -11,9 +11,8 @@ from __future__ import annotations
 import datetime as dt
 import enum
 import json
-import random
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
@@ -21,7 +20,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy import types as sqltypes
 
-from sharded_orm.errors import ShardConfigError, ShardingError, ShardTypeError
+from sharded_orm.errors import ShardConfigError, ShardingError
 from sharded_orm.hashing import INT64_MAX, INT64_MIN
 from sharded_orm.schema.columns import (
     ATTR_COLUMNS_KEY,
@@ -31,8 +30,6 @@ from sharded_orm.schema.columns import (
     shard_columns,
 )
 from sharded_orm.write.sql import MISSING, evaluate_default
-
-RANGES_PER_WORKER = 10
 
 
 class BulkValidationError(ShardingError, ValueError):
@@ -266,56 +263,87 @@ def _database_fills(c: sa.Column[Any]) -> bool:
     )
 
 
+class RowPreparer:
+    """One input row at a time: filled, checked and converted (``RowChecker``), with its
+    primary-key values as stored (the order ranges are cut in) and its size in a commit.
+
+    ``processors`` are the columns' bind processors (on Spanner: the mutation API runs
+    none of SQLAlchemy's) and ``key_order`` maps a bound key value to its stored order;
+    None elsewhere, where Core converts.
+    """
+
+    def __init__(
+        self,
+        table: sa.Table,
+        cols: list[sa.Column[Any]],
+        processors: list[Any] | None,
+        key_order: Any,
+    ) -> None:
+        server_keys = server_filled_keys(table)
+        if server_keys:
+            raise ShardConfigError(
+                f"bulk_load needs every key value up front, but {table.name}.{server_keys[0]} "
+                "is filled by the server; give the rows their ids (e.g. from a SpannerSequence "
+                "pool)"
+            )
+        self.table = table
+        self.checker = RowChecker(table, cols, processors)
+        self.names = [c.key for c in cols]
+        self.pk_index = [self.names.index(c.key) for c in table.primary_key.columns]
+        self.key_order = key_order
+
+    def filled(self, raw: object, pos: int) -> dict[str, Any]:
+        """The row by column key (defaults, ids and shards not filled yet)."""
+        if not isinstance(raw, Mapping):
+            raise BulkValidationError(f"rows are mappings of column to value, got {raw!r}", pos)
+        try:
+            return self.checker.keyed(raw.items())
+        except RowProblem as exc:
+            raise BulkValidationError(str(exc), pos) from None
+
+    def prepare(
+        self, filled: dict[str, Any], pos: int
+    ) -> tuple[tuple[Any, ...], tuple[Any, ...], int]:
+        """(values as sent, key as stored, bytes in a commit) of a row from ``filled``
+        (which is completed in place: defaults, ids, shards)."""
+        try:
+            values = self.checker.values(filled)
+        except RowProblem as exc:
+            raise BulkValidationError(str(exc), pos) from None
+        order = self.key_order
+        key = tuple(order(values[i]) if order else values[i] for i in self.pk_index)
+        return tuple(values), key, sum(value_size(v) for v in values)
+
+
+def duplicate_key_error(key: tuple[Any, ...], pos: int, first: int) -> BulkValidationError:
+    return BulkValidationError(
+        f"its primary key {key!r} is also the key of row {first}; one load writes each key "
+        "once (drop or merge the duplicates)",
+        pos,
+    )
+
+
 def prepare_rows(
     table: sa.Table,
     rows: Iterable[Mapping[str, Any]],
     cols: list[sa.Column[Any]],
     processors: list[Any] | None,
     key_order: Any,
-    on_row: Callable[[dict[str, Any]], None] | None = None,
 ) -> Prepared:
-    """Fill defaults, ids and shards, check every value, convert for the wire.
-
-    ``on_row`` sees each row filled (by column key), before conversion: a successor
-    table's rows are made from it (``sharded_orm.write.successor``).
-
-    ``processors`` are the columns' bind processors (on Spanner: the mutation API runs
-    none of SQLAlchemy's) and ``key_order`` maps a bound key value to its stored order;
-    None elsewhere, where Core converts.
-    """
-    server_keys = server_filled_keys(table)
-    if server_keys:
-        raise ShardConfigError(
-            f"bulk_load needs every key value up front, but {table.name}.{server_keys[0]} is "
-            "filled by the server; give the rows their ids (e.g. from a SpannerSequence pool)"
-        )
-    checker = RowChecker(table, cols, processors)
-    names = [c.key for c in cols]
-    pk_index = [names.index(c.key) for c in table.primary_key.columns]
+    """Every row prepared and checked, in memory (for a few rows: ``bulk_load`` streams
+    them through :mod:`sharded_orm.load.staging` instead)."""
+    preparer = RowPreparer(table, cols, processors, key_order)
     out, keys, sizes = [], [], []
     seen: dict[tuple[Any, ...], int] = {}
     for pos, raw in enumerate(rows):
-        if not isinstance(raw, Mapping):
-            raise BulkValidationError(f"rows are mappings of column to value, got {raw!r}", pos)
-        try:
-            filled = checker.keyed(raw.items())
-            values = checker.values(filled)
-        except RowProblem as exc:
-            raise BulkValidationError(str(exc), pos) from None
-        if on_row is not None:
-            on_row(filled)
-        key = tuple(key_order(values[i]) if key_order else values[i] for i in pk_index)
+        values, key, size = preparer.prepare(preparer.filled(raw, pos), pos)
         first = seen.setdefault(key, pos)
         if first != pos:
-            raise BulkValidationError(
-                f"its primary key {key!r} is also the key of row {first}; one load writes "
-                "each key once (drop or merge the duplicates)",
-                pos,
-            )
+            raise duplicate_key_error(key, pos, first)
+        out.append(values)
         keys.append(key)
-        out.append(tuple(values))
-        sizes.append(sum(value_size(v) for v in values))
-    return Prepared(names, out, keys, sizes)
+        sizes.append(size)
+    return Prepared(preparer.names, out, keys, sizes)
 
 
 def mutations_per_row(table: sa.Table, n_columns: int, skip_indexes: bool) -> int:
@@ -328,47 +356,3 @@ def mutations_per_row(table: sa.Table, n_columns: int, skip_indexes: bool) -> in
             storing = ix.dialect_kwargs.get("spanner_storing") or ()
             per_row += len(ix.expressions) + len(storing)
     return per_row
-
-
-def plan_batches(
-    prep: Prepared, workers: int, byte_limit: int, rows_per_commit: int, seed: int
-) -> tuple[list[list[int]], dict[int, list[int]], list[int]]:
-    """(batches of row positions, worker -> batch ids in commit order, batch -> range).
-
-    Rows are sorted by key and cut into ``RANGES_PER_WORKER * workers`` contiguous ranges;
-    a batch never spans two ranges; range ``r`` belongs to worker ``r % workers``, which
-    commits its batches in a shuffled order.
-    """
-    try:
-        order = sorted(range(len(prep.rows)), key=prep.keys.__getitem__)
-    except TypeError as exc:
-        raise ShardTypeError(
-            f"key values of mixed types cannot be ordered ({exc}); give every row the same "
-            "type of value in each key column"
-        ) from None
-    n_ranges = max(1, min(len(order), RANGES_PER_WORKER * workers))
-    per_range = -(-len(order) // n_ranges) if order else 1
-    ranges = [order[i : i + per_range] for i in range(0, len(order), per_range)]
-    batches: list[list[int]] = []
-    batch_range: list[int] = []
-    for r, positions in enumerate(ranges):
-        current: list[int] = []
-        current_bytes = 0
-        for p in positions:
-            size = prep.sizes[p]
-            if current and (current_bytes + size > byte_limit or len(current) >= rows_per_commit):
-                batches.append(current)
-                batch_range.append(r)
-                current, current_bytes = [], 0
-            current.append(p)
-            current_bytes += size
-        if current:
-            batches.append(current)
-            batch_range.append(r)
-    rng = random.Random(seed)
-    by_worker: dict[int, list[int]] = {w: [] for w in range(workers)}
-    for b, r in enumerate(batch_range):
-        by_worker[r % workers].append(b)
-    for w in by_worker:
-        rng.shuffle(by_worker[w])  # no stream in key order
-    return batches, by_worker, batch_range

@@ -25,7 +25,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from sharded_orm.checks import check_positive_int
+from sharded_orm.checks import check_positive_int, shown
 from sharded_orm.errors import ShardConfigError, ShardTypeError, UnsupportedOnDialectError
 from sharded_orm.schema.columns import get_shard_column, is_shard_column, table_of
 from sharded_orm.schema.indexes import ShardedIndex
@@ -163,7 +163,9 @@ def presplit(
     holds the total to Google's 10 points per node. Returns a :class:`PresplitReport`.
     """
     if not isinstance(engine, (sa.Engine, sa.Connection)):
-        raise ShardTypeError(f"presplit takes a SQLAlchemy Engine or Connection, got {engine!r}")
+        raise ShardTypeError(
+            f"presplit takes a SQLAlchemy Engine or Connection, got {shown(engine)}"
+        )
     if not is_spanner(engine):
         raise UnsupportedOnDialectError(
             f"presplit asks Spanner's AddSplitPoints API for splits; {engine.dialect.name!r} "

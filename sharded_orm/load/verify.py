@@ -8,7 +8,10 @@ reshard, or when adopting the library on a table sharded by hand, check the whol
 * crc32 columns on Spanner (Spanner has no CRC32): a partitioned scan (a batch read-only
   transaction, ``PartitionQuery``) of the sources and shards, ``workers`` partitions at a
   time, hashed by the client with the library's own ``ShardColumn.compute``;
-* any other database: one streamed ``SELECT`` hashed by the client.
+* any other database: one streamed ``SELECT`` hashed by the client; on SQLite, a row
+  whose timestamp source is stored as a text other than the one the column binds (so no
+  ``==`` lookup finds it, e.g. ``2018-05-01 15:16:03`` written at 0 microseconds by
+  Python's sqlite3 adapter) counts as a mismatch too.
 
 A NULL shard counts as a mismatch (a row the backfill has not reached yet).
 """
@@ -23,10 +26,11 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from sharded_orm.checks import check_identifier, check_positive_int
+from sharded_orm.checks import check_identifier, check_positive_int, shown
 from sharded_orm.errors import ShardConfigError, ShardingError, ShardTypeError
 from sharded_orm.hashing import FARM_FINGERPRINT
 from sharded_orm.progress import progress
+from sharded_orm.schema.coerce import base_type
 from sharded_orm.schema.columns import ShardColumn, shard_columns, table_of
 from sharded_orm.spanner import is_spanner
 from sharded_orm.spanner.expressions import shard_sql
@@ -95,11 +99,20 @@ def row_decoder(
     return decode
 
 
+#: (shard column index, position of the decoded value, position of the stored text,
+#: the column's bind processing: value -> the text an equality lookup binds)
+TextCheck = tuple[int, int, int, Callable[[Any], Any]]
+
+
 def _count_mismatches(
-    shards: Sequence[ShardColumn], rows: Iterable[Sequence[Any]], bar: Any
+    shards: Sequence[ShardColumn],
+    rows: Iterable[Sequence[Any]],
+    bar: Any,
+    texts: Sequence[TextCheck] = (),
 ) -> tuple[int, list[int]]:
     """Hash each row (sources of every shard column, then the stored shards) client-side:
-    the rows seen and each column's mismatches."""
+    the rows seen and each column's mismatches. A row whose stored text of a source is not
+    the text a lookup binds for its value (``texts``) is a mismatch too: no ``==`` finds it."""
     spans = []
     at = 0
     for sc in shards:
@@ -115,6 +128,12 @@ def _count_mismatches(
                 good = stored is not None and stored == sc.compute(row[lo:hi])
             except ShardingError:  # a NULL or unhashable source: the row cannot be right
                 good = False
+            if good:
+                good = all(
+                    row[raw] is None or row[raw] == bind(row[value])
+                    for j, value, raw, bind in texts
+                    if j == i
+                )
             if not good:
                 bad[i] += 1
         if n % 1000 == 0:
@@ -163,9 +182,31 @@ def _spanner_counts(
         snapshot.close()
 
 
-def _sqlalchemy_scan(bind: Any, table: sa.Table, shards: Sequence[ShardColumn]) -> Iterable[Any]:
+def _text_checks(dialect: sa.Dialect, shards: Sequence[ShardColumn]) -> list[TextCheck]:
+    """On SQLite, where a timestamp is stored as text and compared as text, each timestamp
+    source's check that its stored text is the one the column binds: a row another writer
+    stored as ``2018-05-01 15:16:03`` (Python's sqlite3 adapter at 0 microseconds) holds
+    the right shard, yet ``ts == value`` binds ``...03.000000`` and never finds it."""
+    if dialect.name != "sqlite":
+        return []
+    checks: list[TextCheck] = []
+    at = 0
+    n = sum(len(sc.sources) for sc in shards) + len(shards)
+    for i, sc in enumerate(shards):
+        for c in sc.sources:
+            if isinstance(base_type(c.type), sa.DateTime):
+                process = c.type.dialect_impl(dialect).bind_processor(dialect)
+                checks.append((i, at, n + len(checks), process or (lambda v: v)))
+            at += 1
+    return checks
+
+
+def _sqlalchemy_scan(
+    bind: Any, table: sa.Table, shards: Sequence[ShardColumn], texts: Sequence[TextCheck]
+) -> Iterable[Any]:
     columns = [c for sc in shards for c in sc.sources] + [sc.column for sc in shards]
-    stmt = sa.select(*columns).execution_options(yield_per=5000)
+    raw = [sa.type_coerce(columns[value], sa.String()) for _, value, _, _ in texts]
+    stmt = sa.select(*columns, *raw).execution_options(yield_per=5000)
     with connect(bind) as conn:
         yield from conn.execute(stmt)
 
@@ -193,7 +234,7 @@ def verify(
     if not isinstance(bind, (sa.Engine, sa.Connection)):
         hint = " (create_engine(url) first)" if isinstance(bind, str) else ""
         raise ShardTypeError(
-            f"verify takes a SQLAlchemy Engine or Connection, got {bind!r:.80}{hint}"
+            f"verify takes a SQLAlchemy Engine or Connection, got {shown(bind)}{hint}"
         )
     check_positive_int(workers, "workers")
     table = table_of(model_or_table)
@@ -223,7 +264,9 @@ def verify(
             if is_spanner(bind):
                 n, bad = _spanner_counts(bind, table, client, bar, workers, partition_timeout)
             else:
-                n, bad = _count_mismatches(client, _sqlalchemy_scan(bind, table, client), bar)
+                texts = _text_checks(bind.dialect, client)
+                scan = _sqlalchemy_scan(bind, table, client, texts)
+                n, bad = _count_mismatches(client, scan, bar, texts)
         report.rows_checked = max(report.rows_checked, n)
         for sc, found in zip(client, bad, strict=True):
             report.mismatched[sc.name] = found

@@ -20,7 +20,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from sharded_orm.errors import ShardingError
-from sharded_orm.load.prepare import Prepared
+from sharded_orm.load.staging import StagedLoad
 from sharded_orm.retry import Deadline, Outcome, RetryError, RetryPolicy, classify, retry_call
 
 #: The most closing a load's sessions may take, and what it gets when the deadline has
@@ -96,28 +96,32 @@ class Job:
     """One load's plan and its shared state."""
 
     table: sa.Table
-    prep: Prepared
-    batches: list[list[int]]
-    by_worker: dict[int, list[int]]
+    columns: list[str]
+    staged: StagedLoad
     mode: str
     policy: RetryPolicy
     deadline: Deadline
     report: BulkLoadReport
     advance: Callable[[int], None]
-    #: a key reshard's successor table (name, prepared rows in the same positions): each
-    #: commit writes its rows there too (``insert_or_update``), atomically
-    successor: tuple[str, Prepared] | None = None
+    #: a key reshard's successor table (name, columns): each commit writes its rows
+    #: there too (``insert_or_update``), atomically
+    successor: tuple[str, list[str]] | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
 
+    @property
+    def by_worker(self) -> dict[int, list[int]]:
+        return self.staged.by_worker
+
     def done(self, b: int) -> None:
+        rows = self.staged.counts[b]
         with self.lock:
             self.report.commits += 1
-            self.report.rows_written += len(self.batches[b])
+            self.report.rows_written += rows
             self.report.committed_batches.append(b)
             if b in self.report.unknown_batches:
                 self.report.unknown_batches.remove(b)
-                self.report.rows_unknown -= len(self.batches[b])
-        self.advance(len(self.batches[b]))
+                self.report.rows_unknown -= rows
+        self.advance(rows)
 
     def failed(self, b: int, exc: BaseException) -> bool:
         """Record the failure of batch ``b``; True for the first failure of the load."""
@@ -125,7 +129,7 @@ class Job:
             outcome = exc.outcome if isinstance(exc, RetryError) else classify(exc)
             if outcome is Outcome.UNKNOWN and b not in self.report.unknown_batches:
                 self.report.unknown_batches.append(b)
-                self.report.rows_unknown += len(self.batches[b])
+                self.report.rows_unknown += self.staged.counts[b]
             first = self.report.failed_batch is None
             if first:
                 self.report.failed_batch = b
@@ -144,15 +148,15 @@ def load_spanner(mutations: Any, database: Any, job: Job) -> None:
     table = job.table.name
 
     def commit(b: int) -> None:
-        values = [job.prep.rows[p] for p in job.batches[b]]
+        values, successor_rows = job.staged.rows(b)  # this batch only, read from disk
         op = [job.mode]
         also = []
         if job.successor is not None:
-            name, prep = job.successor
-            also.append((name, prep.columns, [prep.rows[p] for p in job.batches[b]]))
+            name, columns = job.successor
+            also.append((name, columns, successor_rows or []))
 
         def attempt(timeout: float) -> None:
-            raw.commit_mutations(table, job.prep.columns, values, op[0], timeout, also=also)
+            raw.commit_mutations(table, job.columns, values, op[0], timeout, also=also)
 
         def on_retry(exc: BaseException, outcome: Outcome) -> None:
             if outcome is Outcome.UNKNOWN:
@@ -207,7 +211,9 @@ def load_core(engine: Any, job: Job) -> None:
     lists = list(job.by_worker.values())
     order = [ws[i] for i in range(max(map(len, lists), default=0)) for ws in lists if i < len(ws)]
     for b in order:
-        rows = [dict(zip(job.prep.columns, job.prep.rows[p], strict=True)) for p in job.batches[b]]
+        values, _ = job.staged.rows(b)
+        rows = [dict(zip(job.columns, v, strict=True)) for v in values]
+        del values
 
         def attempt(timeout: float, rows: list[dict[str, Any]] = rows) -> None:
             if isinstance(engine, sa.Engine):

@@ -18,7 +18,7 @@ from sqlalchemy import Boolean, and_, literal, literal_column, or_, select, unio
 from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session
 
-from sharded_orm.checks import check_seconds
+from sharded_orm.checks import check_seconds, shown
 from sharded_orm.errors import ShardConfigError, ShardTypeError
 from sharded_orm.read.fanout import BOUND_VAR, SHARD_VAR, FanOut, correlated_ok
 from sharded_orm.read.order import (
@@ -33,6 +33,7 @@ from sharded_orm.read.order import (
     tables_of,
     without_options,
 )
+from sharded_orm.spanner.stock import refuse_stock
 
 
 @dataclass(frozen=True)
@@ -157,7 +158,7 @@ class MergeQuery:
         if not isinstance(conn, (Connection, Session)):
             raise ShardTypeError(
                 f"merged()/page() read through a Connection or Session (or their async "
-                f"forms, awaited), got {conn!r}"
+                f"forms, awaited), got {shown(conn)}"
             )
         for what, present in (
             ("GROUP BY", bool(stmt._group_by_clauses)),
@@ -170,6 +171,7 @@ class MergeQuery:
                 )
         self.conn = conn
         self.dialect = conn.get_bind().dialect if isinstance(conn, Session) else conn.dialect
+        refuse_stock(self.dialect, "A sharded read (merged(), page())")
         # the FROMs of the branches (compiling the statement to find them costs about a
         # millisecond: once per read)
         froms = final_froms(stmt)

@@ -12,6 +12,7 @@ from sqlalchemy.sql.visitors import InternalTraversal
 
 from sharded_orm.errors import ShardConfigError
 from sharded_orm.read.criteria import nulls_excluded
+from sharded_orm.spanner.stock import refuse_stock
 
 
 class ShardPredicate(ColumnElement[bool]):
@@ -58,6 +59,7 @@ class ShardPredicate(ColumnElement[bool]):
 
 @compiles(ShardPredicate)
 def _compile_predicate(element: ShardPredicate, compiler: Any, **kw: Any) -> str:
+    refuse_stock(compiler.dialect, "A sharded read (sharded_select, merged(), page())")
     if element.not_null and compiler.stack:
         _check_nulls_excluded(element, compiler.stack[-1].get("selectable"))
     col = element.column

@@ -29,7 +29,7 @@ from sqlalchemy.engine.default import DefaultDialect
 from sqlalchemy.sql.schema import Column
 
 from sharded_orm.errors import ShardConfigError, ShardTypeError, ShardValueError
-from sharded_orm.hashing import INT64_MAX, INT64_MIN
+from sharded_orm.hashing import INT64_MAX, INT64_MIN, show
 from sharded_orm.schema.naive import OPT_IN
 from sharded_orm.schema.types import UTCDateTime
 
@@ -49,14 +49,14 @@ def _describe(column: Any) -> str:
 
 def _type_error(column: Any, value: Any, why: str) -> ShardTypeError:
     return ShardTypeError(
-        f"cannot hash {value!r} ({type(value).__name__}) for shard source {_describe(column)} "
+        f"cannot hash {show(value)} ({type(value).__name__}) for shard source {_describe(column)} "
         f"({column.type!r}): {why}"
     )
 
 
 def _value_error(column: Any, value: Any, why: str) -> ShardValueError:
     return ShardValueError(
-        f"cannot hash {value!r} for shard source {_describe(column)} ({column.type!r}): {why}"
+        f"cannot hash {show(value)} for shard source {_describe(column)} ({column.type!r}): {why}"
     )
 
 

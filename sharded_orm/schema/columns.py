@@ -35,12 +35,7 @@ from sharded_orm.hashing import (
     CRC32,
     CRC32_CONCAT,
     FARM_FINGERPRINT,
-    PIECE_INT,
-    PIECE_STR,
-    PIECE_UTC_DATETIME,
     concat_text,
-    piece_function,
-    shard_function_of_pieces,
     validate_algorithm,
     validate_count,
 )
@@ -54,6 +49,13 @@ from sharded_orm.schema.coerce import (
 )
 from sharded_orm.schema.declare import check_source_declaration
 from sharded_orm.schema.naive import check_policy, hashed_as_utc, naive_policy
+from sharded_orm.schema.pieces import (
+    PIECE_INT,
+    PIECE_STR,
+    PIECE_UTC_DATETIME,
+    piece_function,
+    shard_function_of_pieces,
+)
 from sharded_orm.schema.registry import register, register_cascades, watch_ddl
 
 INFO_KEY = "sharded_orm.shard"

@@ -24,6 +24,7 @@ from typing import Any
 from google.cloud.spanner_dbapi import exceptions as _dbapi
 
 from sharded_orm.checks import is_seconds
+from sharded_orm.spanner.connection import commit_deadline
 
 #: ``create_engine`` keyword (and ``sqlalchemy.`` option of ``engine_from_config``).
 COMMIT_TIMEOUT_ARGUMENT = "commit_timeout"
@@ -84,18 +85,28 @@ def commit_within(commit: Callable[[], None], seconds: float | None, driver: Any
     if seconds is None:
         commit()
         return
-    if not finished_within(commit, seconds):
-        if driver is not None:
-            _abandoned.add(driver)
-            # marked closed (without the DB-API's rollback): a replay of an aborted
-            # transaction, under way in the commit's thread, fails at its next statement
-            driver.is_closed = True
-        raise CommitTimeout(
-            f"the commit did not finish within {seconds:g} s (the server is silent, or "
-            "another writer keeps aborting the transaction, which the Spanner DB-API "
-            "replays); its outcome is unknown: a commit request already sent may still be "
-            "applied, no new replay starts. The connection was discarded. Check whether "
-            "the transaction's changes are there before making them again (or make the "
-            "write idempotent); raise create_engine(url, "
-            f"{COMMIT_TIMEOUT_ARGUMENT}=<seconds>) if commits need longer."
-        )
+    # a replay of the transaction, if Spanner aborts it at commit, ends by then too
+    commit_deadline(driver, seconds)
+    try:
+        done = finished_within(commit, seconds)
+    except BaseException:
+        commit_deadline(driver, None)
+        raise
+    if done:
+        commit_deadline(driver, None)
+        return
+    if driver is not None:
+        _abandoned.add(driver)
+        # marked closed (without the DB-API's rollback): a replay of an aborted
+        # transaction, under way in the commit's thread, fails at its next statement
+        # (and ends at the commit's deadline anyway)
+        driver.is_closed = True
+    raise CommitTimeout(
+        f"the commit did not finish within {seconds:g} s (the server is silent, or "
+        "another writer keeps aborting the transaction, which the Spanner DB-API "
+        "replays); its outcome is unknown: a commit request already sent may still be "
+        "applied, no new replay starts. The connection was discarded. Check whether "
+        "the transaction's changes are there before making them again (or make the "
+        "write idempotent); raise create_engine(url, "
+        f"{COMMIT_TIMEOUT_ARGUMENT}=<seconds>) if commits need longer."
+    )

@@ -66,14 +66,24 @@ def timeout_of(options: Any, default: float | None = DEFAULT_READ_TIMEOUT) -> fl
     return float(seconds)
 
 
-class _Deadline:
-    """An api-core timeout decorator: each attempt gets the time left until one instant."""
+class StatementDeadline:
+    """An api-core timeout decorator: each attempt gets the time left until one instant.
 
-    def __init__(self, seconds: float) -> None:
+    One per statement (its cursor's); a replay of an aborted transaction that statement
+    set off runs under the same one (:mod:`.connection`)."""
+
+    def __init__(self, seconds: float, what: str = "its deadline") -> None:
         self.seconds = seconds
         self.at = time.monotonic() + seconds
+        #: what the deadline is, for messages ("its deadline", "commit_timeout")
+        self.what = what
         #: the last attempt failed for want of time or of a server
         self.failed = False
+
+    @property
+    def left(self) -> float:
+        """Seconds until the deadline (0 once it passed)."""
+        return max(0.0, self.at - time.monotonic())
 
     @property
     def given_up(self) -> bool:
@@ -98,18 +108,20 @@ class _Deadline:
         return within_deadline
 
 
-def call_options(seconds: float | None) -> dict[str, Any]:
-    """``timeout`` and ``retry`` for ``execute_sql``: one deadline ``seconds`` from now."""
+def call_options(seconds: float | StatementDeadline | None) -> dict[str, Any]:
+    """``timeout`` and ``retry`` for ``execute_sql``: one deadline ``seconds`` from now
+    (or the given one, shared with the calls already under it)."""
     if seconds is None:
         return {}
+    deadline = seconds if isinstance(seconds, StatementDeadline) else StatementDeadline(seconds)
     retry = Retry(
         predicate=if_exception_type(_api.ServiceUnavailable),
         initial=0.05,
         maximum=1.0,
         multiplier=2.0,
-        timeout=seconds,
+        timeout=max(deadline.left, 0.001),
     )
-    return {"timeout": _Deadline(seconds), "retry": retry}
+    return {"timeout": deadline, "retry": retry}
 
 
 class _Bounded:
@@ -162,7 +174,7 @@ class DeadlineConnection(_Bounded):
         # read gave up that can only fail later: show it no transaction to begin, so it
         # raises the read's error now.
         deadline = self._options.get("timeout")
-        if isinstance(deadline, _Deadline) and deadline.given_up:
+        if isinstance(deadline, StatementDeadline) and deadline.given_up:
             return None
         return self._inner._transaction
 
@@ -206,9 +218,12 @@ class DeadlineCursor(Cursor):  # type: ignore[misc]
     kept, and raised once the DB-API's fetch returns
     (``tests/test_read_streams.py`` trips when upstream raises it itself)."""
 
-    def __init__(self, connection: Any, seconds: float | None) -> None:
-        super().__init__(DeadlineConnection(connection, call_options(seconds)))
-        self.deadline_seconds = seconds
+    def __init__(self, connection: Any, seconds: float | StatementDeadline | None) -> None:
+        options = call_options(seconds)
+        super().__init__(DeadlineConnection(connection, options))
+        #: the statement's deadline (None: the client's own timeouts)
+        self.deadline: StatementDeadline | None = options.get("timeout")
+        self.deadline_seconds = None if self.deadline is None else self.deadline.seconds
         #: the error that ended the result's stream during the current fetch
         self.stream_error: Exception | None = None
 

@@ -12,9 +12,14 @@ The contract (docs: README "Command line"):
   output pipe), with one line ``sharded-orm: error: ...`` on stderr and no traceback
   (``SHARDED_ORM_DEBUG=1`` shows it).
 - ``--format json`` prints one envelope: ``{"command", "version", "summary", "findings"}``
-  (lint, doctor, verify) or ``{..., "results"}`` (simulate, backfill).
-- A target ``module:attr`` means one table for a mapped class or ``Table``, and all tables
-  for a declarative base, a ``MetaData`` or a module (:mod:`sharded_orm.tools.targets`).
+  (lint, doctor, verify) or ``{..., "results"}`` (simulate, backfill); an error is the
+  envelope ``{..., "error": {"type", "message"}}`` on stdout, nothing on stderr (but for
+  a closed stdout: the line on stderr).
+- No password is printed: a URL is shown with SQLAlchemy's ``hide_password``, and the
+  password of a URL on the command line is blanked out of every error message.
+- A target ``module:attr`` means one table for a mapped class or ``Table``, all tables for
+  a declarative base or a ``MetaData``, and the tables of every MetaData of a module
+  (:mod:`sharded_orm.tools.targets`).
 - Long jobs report through :mod:`sharded_orm.progress` on stderr (a bar on a terminal, log
   lines otherwise); stdout carries only the result.
 """
@@ -22,6 +27,8 @@ The contract (docs: README "Command line"):
 from __future__ import annotations
 
 import contextlib
+import itertools
+import json
 import logging
 import os
 import sys
@@ -37,11 +44,21 @@ from sharded_orm.tools.contract import (
     Parser,
     UsageError,
     envelope,
+    error_envelope,
     version,
 )
 from sharded_orm.tools.targets import load_target
 
-__all__ = ["EXIT_ERROR", "EXIT_FINDINGS", "EXIT_OK", "envelope", "load_target", "main", "version"]
+__all__ = [
+    "EXIT_ERROR",
+    "EXIT_FINDINGS",
+    "EXIT_OK",
+    "envelope",
+    "error_envelope",
+    "load_target",
+    "main",
+    "version",
+]
 
 DEBUG_ENV = "SHARDED_ORM_DEBUG"
 
@@ -57,6 +74,7 @@ def build_parser() -> Parser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="SUBCOMMAND")
     for add in SUBCOMMANDS:
         add(sub)
+    parser.subcommands = tuple(sub.choices)
     return parser
 
 
@@ -65,10 +83,30 @@ def _one_line(exc: BaseException) -> str:
     return text or type(exc).__name__
 
 
-def _fail(message: str) -> int:
-    with contextlib.suppress(OSError, ValueError):  # stderr closed too: the code says it
-        print(f"sharded-orm: error: {message}", file=sys.stderr)
-    return EXIT_ERROR
+class _Errors:
+    """How this run reports an error: the JSON envelope on stdout (``--format json``) or one
+    line on stderr; either way without the password of a URL on the command line."""
+
+    def __init__(self, argv: Sequence[str], commands: Sequence[str]) -> None:
+        self.as_json = "--format=json" in argv or any(
+            a == "--format" and b == "json" for a, b in itertools.pairwise(argv)
+        )
+        self.command = next((a for a in argv if not a.startswith("-")), None)
+        if self.command not in commands:
+            self.command = None
+        self.urls = [a for a in argv if "://" in a]
+
+    def fail(self, message: str, kind: str, *, stdout_open: bool = True) -> int:
+        from sharded_orm.checks import redact
+
+        message = redact(message, *self.urls)
+        with contextlib.suppress(OSError, ValueError):  # closed too: the exit code says it
+            if self.as_json and stdout_open:
+                print(json.dumps(error_envelope(self.command, message, kind), indent=2))
+                sys.stdout.flush()
+            else:
+                print(f"sharded-orm: error: {message}", file=sys.stderr)
+        return EXIT_ERROR
 
 
 def _progress_to_stderr() -> None:
@@ -91,10 +129,13 @@ def _silence_stdout() -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one subcommand; returns the exit code (see the module docstring)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    errors = _Errors(argv, parser.subcommands)
     try:
-        args = build_parser().parse_args(argv)
+        args = parser.parse_args(argv)
     except UsageError as exc:
-        return _fail(_one_line(exc).removeprefix("sharded-orm: "))
+        return errors.fail(_one_line(exc).removeprefix("sharded-orm: "), "UsageError")
     except SystemExit as exc:  # --help, --version
         return exc.code if isinstance(exc.code, int) else 0
     _progress_to_stderr()
@@ -104,15 +145,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         return code
     except BrokenPipeError:
         _silence_stdout()
-        return _fail("the output was closed before everything was written (broken pipe)")
+        return errors.fail(
+            "the output was closed before everything was written (broken pipe)",
+            "BrokenPipeError",
+            stdout_open=False,
+        )
     except KeyboardInterrupt:
-        return _fail("interrupted")
+        return errors.fail("interrupted", "KeyboardInterrupt")
     except ShardingError as exc:
-        return _fail(_one_line(exc))
+        return errors.fail(_one_line(exc), type(exc).__name__)
     except Exception as exc:
         if os.environ.get(DEBUG_ENV):
             raise
-        return _fail(f"{type(exc).__name__}: {_one_line(exc)} (set {DEBUG_ENV}=1 for a traceback)")
+        kind = type(exc).__name__
+        return errors.fail(f"{kind}: {_one_line(exc)} (set {DEBUG_ENV}=1 for a traceback)", kind)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,9 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from sharded_orm.checks import shown
 from sharded_orm.errors import ShardingError
+from sharded_orm.tools.advise_cli import add_advise
 from sharded_orm.tools.contract import (
     EXIT_FINDINGS,
     EXIT_OK,
@@ -19,13 +21,15 @@ from sharded_orm.tools.contract import (
     output_args,
 )
 from sharded_orm.tools.database import add_backfill, add_verify, create_engine
-from sharded_orm.tools.lint import lint
-from sharded_orm.tools.targets import TARGET_HELP, load_target, tables_of
+from sharded_orm.tools.fix_cli import add_fix_args, run_fix
+from sharded_orm.tools.targets import TARGET_HELP, labelled_tables, load_target
 
 # --- lint -------------------------------------------------------------------------------------
 
 
 def cmd_lint(args: argparse.Namespace) -> int:
+    from sharded_orm.tools.lint import lint
+
     findings = lint(load_target(args.target))
     counts = {s: sum(f.severity == s for f in findings) for s in ("error", "warning", "advice")}
     tables = len({f.table for f in findings})
@@ -64,18 +68,19 @@ def _pair(text: str, what: str) -> tuple[str, str]:
 
 
 def simulate_schemas(specs: list[str]) -> dict[str, Any]:
-    """``[NAME=]MODULE:ATTR`` targets as name -> Table (a base or module: all its tables)."""
+    """``[NAME=]MODULE:ATTR`` targets as name -> Table (a base: all its tables; a module:
+    those of every MetaData it holds, ``Base.Table`` where two declare one name)."""
     schemas: dict[str, Any] = {}
     for spec in specs:
         name, sep, path = spec.partition("=")
         obj = load_target(path if sep else spec)
-        tables = tables_of(obj)
+        tables = labelled_tables(obj)
         if sep and len(tables) > 1:
             raise ShardingError(
                 f"{spec!r} names {len(tables)} tables: a NAME= goes with one class or Table"
             )
-        for table in tables:
-            key = name if sep else (spec.rpartition(":")[2] if len(tables) == 1 else table.name)
+        for label, table in tables:
+            key = name if sep else (spec.rpartition(":")[2] if len(tables) == 1 else label)
             if key in schemas:
                 raise ShardingError(f"two schemas are named {key!r}: write name=module:attr")
             schemas[key] = table
@@ -200,7 +205,7 @@ def _doctor_source(text: str) -> Any:
 
     if not text.startswith("spanner"):
         raise StatisticsUnavailableError(
-            f"{text!r} is not a Spanner URL: doctor reads Spanner's split statistics "
+            f"{shown(text)} is not a Spanner URL: doctor reads Spanner's split statistics "
             "(spanner+spanner:///projects/P/instances/I/databases/D) or a CSV/JSON export"
         )
     return create_engine(text)
@@ -227,7 +232,10 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     findings = info.pop("findings")
     hot = diagnosis.hot_longer_than(threshold)
     summary = {**info, "threshold_seconds": threshold, "hot_longer_than_threshold": hot}
-    emit(args, lambda: envelope("doctor", summary, findings=findings), diagnosis.table)
+    if args.fix:
+        run_fix(args, diagnosis, models, summary)
+    else:
+        emit(args, lambda: envelope("doctor", summary, findings=findings), diagnosis.table)
     return EXIT_FINDINGS if hot else EXIT_OK
 
 
@@ -259,9 +267,10 @@ def add_doctor(sub: Any) -> None:
         default="10m",
         help="exit 1 when a split was hot (CPU score 100) longer than this",
     )
+    add_fix_args(p)
     output_args(p, heatmap=True)
     p.set_defaults(func=cmd_doctor)
 
 
 #: one ``add_<name>(subparsers)`` per subcommand, each pointing at its ``cmd_<name>``
-SUBCOMMANDS = (add_lint, add_simulate, add_doctor, add_verify, add_backfill)
+SUBCOMMANDS = (add_lint, add_simulate, add_doctor, add_verify, add_backfill, add_advise)

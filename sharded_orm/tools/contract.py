@@ -21,6 +21,9 @@ class UsageError(ShardingError):
 class Parser(argparse.ArgumentParser):
     """argparse with the contract's one-line usage error instead of usage text + exit."""
 
+    #: the subcommands' names (the top-level parser's)
+    subcommands: tuple[str, ...] = ()
+
     def error(self, message: str) -> NoReturn:
         raise UsageError(f"{self.prog}: {message} (see {self.prog} --help)")
 
@@ -60,6 +63,19 @@ def envelope(
     else:
         out["results"] = results
     return out
+
+
+def error_envelope(command: str | None, message: str, kind: str) -> dict[str, Any]:
+    """The envelope of a run that could not do its job (exit 2) under ``--format json``:
+    ``command`` (None when the command line named none), ``version``, ``summary``
+    (``{"ok": false, "exit_code": 2}``) and ``error``: ``{"type", "message"}``, the message
+    the text format prints after ``sharded-orm: error:``."""
+    return {
+        "command": command,
+        "version": version(),
+        "summary": {"ok": False, "exit_code": EXIT_ERROR},
+        "error": {"type": kind, "message": message},
+    }
 
 
 def emit(

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from sharded_orm.checks import redact, shown
 from sharded_orm.errors import ShardingError
 from sharded_orm.tools.contract import (
     EXIT_FINDINGS,
@@ -29,9 +30,9 @@ def check_url(url: str) -> Any:
 
     try:
         parsed = sa.engine.make_url(url)
-    except sa.exc.ArgumentError:
+    except (sa.exc.ArgumentError, ValueError):  # ValueError: a port that is no number
         raise ShardingError(
-            f"{url!r} is not a database URL; e.g. sqlite:///app.db or "
+            f"{shown(url)} is not a database URL; e.g. sqlite:///app.db or "
             "spanner+spanner:///projects/P/instances/I/databases/D"
         ) from None
     if parsed.get_backend_name() == "sqlite":
@@ -56,7 +57,7 @@ def create_engine(url: str) -> Any:
         return sa.create_engine(parsed)
     except (sa.exc.ArgumentError, sa.exc.NoSuchModuleError) as exc:
         raise ShardingError(
-            f"{url!r} is not a usable database URL ({exc}); e.g. "
+            f"{shown(url)} is not a usable database URL ({redact(str(exc), url)}); e.g. "
             "spanner+spanner:///projects/P/instances/I/databases/D"
         ) from None
     except ImportError as exc:
@@ -67,7 +68,8 @@ def create_engine(url: str) -> Any:
 
 
 def database_errors(url: str) -> Any:
-    """A context turning a database's own error (cannot open, not a database) into one line."""
+    """A context turning a database's own error (cannot open, not a database) into one line
+    (the URL without its password, which is blanked out of the driver's words too)."""
     import contextlib
 
     import sqlalchemy as sa
@@ -78,7 +80,7 @@ def database_errors(url: str) -> Any:
             yield
         except sa.exc.DBAPIError as exc:
             reason = " ".join(str(exc.orig).split()) or type(exc.orig).__name__
-            raise ShardingError(f"database {url!r}: {reason}") from None
+            raise ShardingError(f"database {shown(url)}: {redact(reason, url)}") from None
 
     return guard()
 

@@ -35,7 +35,7 @@ from __future__ import annotations
 import itertools
 import types
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from sqlalchemy import Column, Index, Table
@@ -47,7 +47,7 @@ from sharded_orm.errors import ShardConfigError, ShardTypeError
 from sharded_orm.schema.coerce import base_type
 from sharded_orm.schema.columns import INFO_KEY, is_shard_column
 from sharded_orm.schema.keys import is_descending
-from sharded_orm.tools.targets import metadata_of, tables_of
+from sharded_orm.tools.targets import labelled_tables, metadata_of
 
 __all__ = ["Finding", "index_warnings", "lint", "lint_table", "metadata_of"]
 
@@ -332,11 +332,14 @@ def index_warnings(index: Index) -> list[Finding]:
 
 
 def lint(target: Any) -> list[Finding]:
-    """Findings for a mapped class or ``Table`` (that table), or a ``MetaData``, a declarative
-    base or a module holding one (all its tables)."""
-    tables = tables_of(target)
-    hashed = _hashed_tables(tables[0].metadata.sorted_tables)
+    """Findings for a mapped class or ``Table`` (that table), a ``MetaData`` or a declarative
+    base (all its tables), or a module (all the tables of every MetaData it holds; a table
+    whose name two of them declare is reported as ``Attr.name``, e.g. ``Naive.LogEntries``)."""
+    tables = labelled_tables(target)
+    metadatas = {id(t.metadata): t.metadata for _, t in tables}
+    hashed = _hashed_tables(t for md in metadatas.values() for t in md.sorted_tables)
     findings: list[Finding] = []
-    for t in tables:
-        findings.extend(lint_table(t, hashed))
+    for label, t in tables:
+        found = lint_table(t, hashed)
+        findings.extend(f if label == t.name else replace(f, table=label) for f in found)
     return findings

@@ -26,17 +26,19 @@ from __future__ import annotations
 import re
 import warnings
 import weakref
-from collections.abc import Mapping
 from typing import Any
 
-from sqlalchemy import event, literal, select
+from sqlalchemy import event, literal
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.sql.dml import Insert, Update
 from sqlalchemy.sql.elements import ClauseElement, TextClause
 
+from sharded_orm.checks import shown
 from sharded_orm.errors import ShardConfigError, ShardingWarning, ShardTypeError
 from sharded_orm.schema.registry import cascade_targets, set_engine_watcher, sharded_names
 from sharded_orm.spanner import is_spanner
+from sharded_orm.spanner.stock import refuse_stock
+from sharded_orm.write import stock_writes as _stock_writes  # noqa: F401  (compile hooks)
 from sharded_orm.write import successor
 from sharded_orm.write.rows import Fetch, RowShards, fast_insert_rows, resendable
 from sharded_orm.write.sql import (
@@ -47,8 +49,9 @@ from sharded_orm.write.sql import (
     where_equalities,
 )
 from sharded_orm.write.statements import check_from_select, onto_declared, with_upsert_shard
+from sharded_orm.write.stored import StoredRows
 from sharded_orm.write.targets import statement_table, write_shards
-from sharded_orm.write.trust import forget, take
+from sharded_orm.write.trust import forget, take, updated_objects
 
 
 def _rewrite_multi_values(stmt: Insert, table: Any, shards: RowShards) -> Insert:
@@ -107,21 +110,72 @@ def _refuse_cascade(elem: Update, table: Any, targets: Any, keys: Any) -> None:
         )
 
 
-def _row_fetcher(conn: Connection, table: Any, pinned: dict[str, Any]) -> Fetch | None:
-    """Reads the sources an UPDATE by full primary key does not set (ORM bulk UPDATE by
-    primary key, ``bulk_update_mappings``) from the row itself, in the same transaction."""
+def _row_fetcher(
+    conn: Connection, table: Any, pinned: dict[str, Any], rows: list[Any]
+) -> Fetch | None:
+    """Reads the sources an UPDATE by full primary key does not set (the ORM flush,
+    ORM bulk UPDATE by primary key, ``bulk_update_mappings``) from the rows themselves, in
+    the same transaction: every row of the statement in one SELECT per batch
+    (``sharded_orm.write.stored``)."""
     pk = list(getattr(table, "primary_key", None) or ())
     if not pk or any(c.key not in pinned for c in pk):
         return None
+    return StoredRows(conn, table, pk, pinned, rows)
 
-    def fetch(row: Mapping[str, Any], keys: list[str]) -> dict[str, Any] | None:
-        where = [c == literal_value(pinned[c.key], row) for c in pk]
-        got = conn.execute(select(*[table.c[k] for k in keys]).where(*where)).first()
-        if got is None:
-            return None  # no such row: the UPDATE matches nothing (rowcount 0)
-        return dict(zip(keys, got, strict=True))
 
-    return fetch
+def _derive_again(
+    rows: list[dict[str, Any]], changed: list[tuple[int, Any]], shards: RowShards
+) -> list[dict[str, Any]]:
+    """The flush's INSERT rows, where a listener that ran after ``before_insert`` changed
+    some sources: each derived shard of those rows computed again from the row (what the
+    database gets) and written back to its object; a caller's shard is checked."""
+    out = list(rows)
+    for i, (_, d, _, derived) in changed:
+        row = dict(out[i])
+        for key, _ in derived:
+            row[key] = None
+        row = shards.insert_row(row, {})
+        for key, attr in derived:
+            d[attr] = row[key]
+        out[i] = row
+    return out
+
+
+def _row_key(table: Any, pinned: dict[str, Any]) -> list[Any] | None:
+    pk = [pinned.get(c.key) for c in table.primary_key]
+    return None if any(b is None for b in pk) else pk
+
+
+def _derived_dropped(
+    table: Any, pinned: dict[str, Any], rows: list[dict[str, Any]], backs: dict[Any, Any]
+) -> list[dict[str, Any]]:
+    """The flush's UPDATE rows without the key shards ``before_update`` derived (a later
+    listener may have changed a source since): the hook computes them from the row."""
+    pk = _row_key(table, pinned)
+    if pk is None:
+        return rows
+    out = []
+    for row in rows:
+        drop = [
+            key
+            for _, _, key, derived in backs.get(tuple(literal_value(b, row) for b in pk), ())
+            if derived and key in row
+        ]
+        out.append({k: v for k, v in row.items() if k not in drop} if drop else row)
+    return out
+
+
+def _write_back(
+    table: Any, pinned: dict[str, Any], rows: list[dict[str, Any]], backs: dict[Any, Any]
+) -> None:
+    """Give the objects of the flush's UPDATE the shard the hook computed for their row."""
+    pk = _row_key(table, pinned)
+    if pk is None:
+        return
+    for row in rows:
+        for d, attr, key, _ in backs.pop(tuple(literal_value(b, row) for b in pk), ()):
+            if key in row:
+                d[attr] = row[key]
 
 
 def _all_filled(rows: list[dict[str, Any]], shards: RowShards) -> bool:
@@ -168,8 +222,14 @@ def _before_execute(
         elem = with_upsert_shard(elem, shards)
         if not stmt_values and not row_shards.server_made and (multiparams or params):
             rows = multiparams if multiparams else [params]
-            if take(conn, execution_options, table, rows) and _all_filled(rows, row_shards):
+            taken = take(conn, execution_options, table, rows)
+            if taken is True and _all_filled(rows, row_shards):
                 return elem, multiparams, params  # the ORM flush filled these a moment ago
+            if isinstance(taken, list):  # a later listener changed sources of some rows
+                rows = _derive_again(rows, taken, row_shards)
+                if multiparams:
+                    return elem, rows, params
+                return elem, multiparams, rows[0]
             if multiparams:
                 return elem, fast_insert_rows(row_shards, multiparams), params
             return elem, multiparams, fast_insert_rows(row_shards, [params])[0]
@@ -182,8 +242,13 @@ def _before_execute(
             if getattr(c.table, "name", None) == table.name
         }
         rows = multiparams if multiparams else [params]
-        fetch = _row_fetcher(conn, table, pinned)
-        new_rows = [row_shards.update_row(r, stmt_values, pinned, fetch) for r in rows]
+        backs = updated_objects(conn, execution_options, table)
+        if backs:
+            rows = _derived_dropped(table, pinned, rows, backs)
+        fetch = _row_fetcher(conn, table, pinned, rows)
+        new_rows = row_shards.update_rows(rows, stmt_values, pinned, fetch)
+        if backs:
+            _write_back(table, pinned, new_rows, backs)
     if not multiparams and not params:
         # Values came only from .values(...): send the shard as a parameter, which Core
         # turns into a SET/VALUES entry (works with ordered_values() too).
@@ -269,11 +334,13 @@ def watch(engine: Engine | Connection) -> Engine:
     root = _root(engine)
     if not isinstance(root, Engine):
         raise ShardTypeError(
-            f"watch() takes a SQLAlchemy Engine or Connection, got {engine!r}; "
+            f"watch() takes a SQLAlchemy Engine or Connection, got {shown(engine)}; "
             "pass the engine sa.create_engine(...) returned"
         )
     if root in _watched:
         return root
+    # the first contact of a stock Spanner engine with a sharded table (DDL, ORM, watch())
+    refuse_stock(root.dialect, "A sharded table (created, dropped or written by the ORM)")
     _watched.add(root)
     event.listen(root, "before_execute", _before_execute, retval=True)
     event.listen(root, "before_cursor_execute", _before_cursor_execute)

@@ -23,17 +23,9 @@ from decimal import Decimal
 from typing import Any
 
 from sharded_orm.errors import ShardValueError
-from sharded_orm.hashing import (
-    CRC32,
-    INT64_MAX,
-    INT64_MIN,
-    PIECE_INT,
-    PIECE_STR,
-    PIECE_UTC_DATETIME,
-    THREE_DIGITS,
-    TWO_DIGITS,
-)
+from sharded_orm.hashing import CRC32, INT64_MAX, INT64_MIN, THREE_DIGITS, TWO_DIGITS
 from sharded_orm.schema.columns import ShardColumn, piece_kind
+from sharded_orm.schema.pieces import PIECE_INT, PIECE_STR, PIECE_UTC_DATETIME
 
 RowsFiller = Callable[[Sequence[dict[str, Any]]], list[dict[str, Any]]]
 
@@ -198,6 +190,19 @@ DERIVED_MARK = "_sharded_orm_derived_"
 
 def derived_mark_key(shard_attr: str) -> str:
     return DERIVED_MARK + shard_attr
+
+
+#: Prefix of the key, in an ORM instance's ``__dict__``, of the shard value the caller
+#: set on the shard attribute (its ``set`` event). A shard value the instance holds is the
+#: caller's only while it equals this mark; any other (derived by an earlier flush that was
+#: rolled back, loaded from a row and kept by ``make_transient``, set by the library) is
+#: derived again from the sources. It lives in the instance's ``__dict__``, so it travels
+#: with the object through every session state: pending, rolled back, expunged, re-added.
+GIVEN_MARK = "_sharded_orm_given_"
+
+
+def given_mark_key(shard_attr: str) -> str:
+    return GIVEN_MARK + shard_attr
 
 
 #: Exact types whose values cannot change in place, so ``is`` proves the source unchanged.

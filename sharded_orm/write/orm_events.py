@@ -1,19 +1,26 @@
-"""Unit-of-work events: the shard is computed once per row, at the cheapest correct moment.
+"""Unit-of-work events: the shard follows the object, computed from what the flush sends.
 
-* ``before_insert`` computes the shard of a new object (evaluating and storing Python
-  defaults of the sources) and counts the row (``sharded_orm.write.trust``), so the engine
-  hook accepts it without hashing it again. Building objects hashes nothing.
-* A ``set`` listener on each source attribute recomputes the shard where it is needed
-  before the flush: on an object with a row (persistent or detached: its loaded shard
-  would otherwise be stale, e.g. for ``bulk_save_objects``), and on any object when the
-  shard is in the primary key (``session.merge()`` and the identity map key the object by
-  it). A shard the caller set by hand is left alone and checked at flush. A source change
-  the session discards (``expire``, ``refresh``) takes the derived shard back with it.
+A shard value an object holds is the caller's only while it is the value the caller set
+on the shard attribute (``given_mark_key``: a mark in the instance's ``__dict__``, set by
+the shard attribute's ``set`` event, so it travels with the object through rollback,
+expunge, ``make_transient`` and re-adding); any other value (one an earlier flush derived
+and then rolled back, a loaded row's, one ``merge`` copied from a stale object) is derived
+again from the sources. A caller's shard is checked, never replaced.
+
+* ``before_insert`` computes the shards of a new object (evaluating and storing Python
+  defaults of the sources) and records the row (``sharded_orm.write.trust``), so the
+  engine hook accepts it without hashing it again. When a listener that runs later (an
+  application's own ``before_insert`` that normalises a source) changes a source, the hook
+  computes the derived shard again from the row it sends and writes it back here.
 * ``before_update`` evaluates a source's Python ``onupdate`` (so the value stored is the
-  value hashed) and recomputes the shard when a source changed. It sends only the changed
-  columns, as SQLAlchemy does: when some sources are unchanged, the shard is left to the
-  engine hook, which computes it from the stored row in the same transaction (the
-  object's in-memory copy of the other sources may be stale).
+  value hashed). A changed source leaves a derived shard to the engine hook, which
+  computes it from the UPDATE's row (the other sources read from the stored row, one
+  SELECT per batch: ``sharded_orm.write.stored``) and writes it back to the object; so a
+  later listener's change is hashed too, and the object holds what the row holds.
+* A shard in the primary key is needed before the flush (``session.merge()`` and the
+  identity map key the object by it): a ``set`` listener on each of its sources derives it
+  as soon as every source is known. Other shards have no source listener: building
+  objects costs nothing.
 
 Events are installed on every mapper whose tables include a sharded one, sub-mappers of
 joined and single inheritance included, when SQLAlchemy configures it.
@@ -21,6 +28,7 @@ joined and single inheritance included, when SQLAlchemy configures it.
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 from sqlalchemy import Table, event
@@ -30,10 +38,15 @@ from sqlalchemy.orm.attributes import instance_dict, set_committed_value
 from sharded_orm.errors import ShardingError
 from sharded_orm.schema.columns import ShardColumn, is_shard_column, shard_columns
 from sharded_orm.write.engine_hook import watch
-from sharded_orm.write.fastpath import IMMUTABLE_SOURCE_TYPES, derived_mark_key, object_filler
+from sharded_orm.write.fastpath import (
+    IMMUTABLE_SOURCE_TYPES,
+    derived_mark_key,
+    given_mark_key,
+    object_filler,
+)
 from sharded_orm.write.rows import mismatch
 from sharded_orm.write.sql import MISSING, evaluate_default, evaluate_onupdate
-from sharded_orm.write.trust import Tally, forget
+from sharded_orm.write.trust import Tally, expect_update, forget
 
 Plan = tuple[ShardColumn, str, tuple[str, ...]]
 
@@ -73,7 +86,9 @@ def _insert_values(
     return values
 
 
-def _record_keys(mapper: Mapper[Any], plans: list[Plan]) -> list[tuple[int, list[tuple[str, str]]]]:
+def _record_keys(
+    mapper: Mapper[Any], plans: list[Plan]
+) -> list[tuple[int, tuple[tuple[str, str], ...]]]:
     """Per sharded table: (attribute, column key) of each shard and source it holds."""
     out: dict[int, list[tuple[str, str]]] = {}
     for sc, shard_attr, source_attrs in plans:
@@ -81,7 +96,16 @@ def _record_keys(mapper: Mapper[Any], plans: list[Plan]) -> list[tuple[int, list
         for attr, col in ((shard_attr, sc.column), *zip(source_attrs, sc.sources, strict=True)):
             if col.table is sc.column.table and (attr, col.key) not in keys:
                 keys.append((attr, col.key))
-    return list(out.items())
+    return [(t, tuple(keys)) for t, keys in out.items()]
+
+
+_NO: Any = object()
+
+
+def is_given(d: dict[str, Any], shard_attr: str, mark: str) -> bool:
+    """Whether the shard value ``d`` holds is the one the caller set (``given_mark_key``)."""
+    value = d.get(shard_attr)
+    return value is not None and d.get(mark, _NO) == value
 
 
 def install_mapper_events(mapper: Mapper[Any]) -> None:
@@ -99,11 +123,35 @@ def install_mapper_events(mapper: Mapper[Any]) -> None:
 
     fill = object_filler(plans)
     record_keys = _record_keys(mapper, plans)
+    # per shard: (attribute, given mark, (column key, attribute)) and all of them derived
+    marks = [(attr, given_mark_key(attr), (sc.key, attr)) for sc, attr, _ in plans]
+    all_derived = tuple(m[2] for m in marks)
+    # per shard: its plan, given mark, whether it is a key column, and the attributes of
+    # its table's primary key (in the table's order: what the UPDATE's WHERE names)
+    update_plans = [
+        (
+            sc,
+            attr,
+            source_attrs,
+            given_mark_key(attr),
+            sc.column in pk_cols,
+            _key_positions(mapper, sc.column.table),
+        )
+        for sc, attr, source_attrs in plans
+    ]
 
     add = Tally(watch).add
 
     def before_insert(mapper_: Any, connection: Any, state: Any) -> Any:
         d = state.dict
+        derived = all_derived
+        for attr, mark, entry in marks:
+            value = d.get(attr)
+            if value is not None:
+                if d.get(mark, _NO) == value:  # the caller's: checked, never replaced
+                    derived = tuple(e for e in derived if e is not entry)
+                else:  # an earlier derivation (rolled back, loaded, copied): again
+                    d[attr] = None
         try:
             if not fill(d):
                 _fill_slowly(state, d)
@@ -114,7 +162,12 @@ def install_mapper_events(mapper: Mapper[Any]) -> None:
         # compiled_cache: the mark of the ORM's own statement (sharded_orm.write.trust)
         cache = mapper_.base_mapper._compiled_cache
         for table, keys in record_keys:
-            add(connection, cache, table, tuple([(key, d.get(attr)) for attr, key in keys]))
+            add(
+                connection,
+                cache,
+                table,
+                (tuple([(key, d.get(attr)) for attr, key in keys]), d, keys, derived),
+            )
         return EXT_CONTINUE
 
     def _fill_slowly(state: Any, d: Any) -> None:
@@ -133,50 +186,117 @@ def install_mapper_events(mapper: Mapper[Any]) -> None:
             # A pending object's INSERT is built from its dict: no history to keep.
             d[shard_attr] = shard
 
-    def before_update(mapper_: Any, connection: Any, target: Any) -> None:
-        watch(connection)
-        state = attributes.instance_state(target)
+    seen: list[Any] = [None]  # a weak reference to the connection last watched
+
+    def before_update(mapper_: Any, connection: Any, state: Any) -> None:
+        last = seen[0]
+        if last is None or last() is not connection:
+            watch(connection)
+            seen[0] = weakref.ref(connection)
         if onupdate:
+            target = state.obj()
             _apply_onupdate(state, target, onupdate, [p.key for p in mapper_.column_attrs])
-        for sc, shard_attr, source_attrs in plans:
-            changed = [a for a in source_attrs if state.attrs[a].history.has_changes()]
-            shard_hist = state.attrs[shard_attr].history
-            if not changed and not shard_hist.has_changes():
+        d = state.dict
+        committed = state.committed_state
+        for sc, shard_attr, source_attrs, mark, in_pk, pk_attrs in update_plans:
+            # set since loaded (perhaps to an equal value: then the row does not send it,
+            # and the hook has nothing to compute)
+            changed = [a for a in source_attrs if a in committed]
+            shard_set = shard_attr in committed and state.attrs[shard_attr].history.has_changes()
+            if not changed and not shard_set:
                 continue
-            values = [getattr(target, a) for a in source_attrs]
-            send = sc.values_to_send(values)
-            for attr, v, stored in zip(source_attrs, values, send, strict=True):
-                if stored is not v:
-                    setattr(target, attr, stored)  # sent and kept in its stored form
-            shard = sc.compute(send)
-            given = shard_hist.added[0] if shard_hist.added else None
-            derived = (
-                given is None or given == shard or _was_derived(sc, state, source_attrs, given)
-            )
-            if not derived:
-                raise mismatch(sc, given, shard)
-            unsent = [
-                a
-                for col, a in zip(sc.sources, source_attrs, strict=True)
-                if col not in pk_cols and a not in changed
-            ]
-            if unsent and sc.column not in pk_cols and (given is None or given == shard):
-                # Only some sources change: send only them, as SQLAlchemy does. The object
-                # may hold stale values of the others, so the execution hook computes the
-                # shard it sends from the stored row (read in this transaction); the object
-                # keeps the shard of what it holds, with no history to send.
-                set_committed_value(target, shard_attr, shard)
-            elif getattr(target, shard_attr) != shard or shard_hist.has_changes():
-                setattr(target, shard_attr, shard)
+            if shard_set and is_given(d, shard_attr, mark):
+                given = d[shard_attr]
+                if not (changed and _was_derived(sc, state, source_attrs, given)):
+                    continue  # the caller's: the engine hook checks it with the sources sent
+            # derived: from the object's sources (a key shard, which the identity map needs
+            # now), or by the engine hook from the row the UPDATE sends
+            target = state.obj()
+            if in_pk:
+                _derive_key_shard(sc, state, target, shard_attr, source_attrs)
+                if pk_attrs:  # computed again by the hook if a later listener changes a source
+                    expect_update(
+                        connection,
+                        mapper_.base_mapper._compiled_cache,
+                        sc.column.table,
+                        tuple([state.key[1][i] for i in pk_attrs]),
+                        (d, shard_attr, sc.key, True),
+                    )
+                continue
+            if shard_set:  # copied (merge) or left by a key listener: not sent as given
+                old = committed.get(shard_attr, _NO)
+                set_committed_value(target, shard_attr, None if old is _NO else old)
+            if changed:
+                _keep_stored_form(sc, d, target, source_attrs)
+            if changed and pk_attrs:
+                expect_update(
+                    connection,
+                    mapper_.base_mapper._compiled_cache,
+                    sc.column.table,
+                    tuple([state.key[1][i] for i in pk_attrs]),
+                    (d, shard_attr, sc.key, False),
+                )
 
     # raw and retval: SQLAlchemy calls it directly, with no wrapper, once per object
     event.listen(mapper, "before_insert", before_insert, raw=True, retval=True)
-    event.listen(mapper, "before_update", before_update)
+    event.listen(mapper, "before_update", before_update, raw=True)
+
+
+def _keep_stored_form(
+    sc: ShardColumn,
+    d: dict[str, Any],
+    target: Any,
+    source_attrs: tuple[str, ...],
+) -> None:
+    """The sources are sent, and kept on the object, in the form their column stores (an
+    IntEnum member as its int), as a reload would give them; one set to a value equal to
+    the stored one (2 -> Level.HIGH) is no change the UPDATE sends, and is kept as 2."""
+    for i, attr in enumerate(source_attrs):
+        if attr in d and sc.sends and sc.sends[i]:
+            value = d.get(attr)
+            try:
+                stored = sc.coercers[i](value)
+            except (ShardingError, TypeError, ValueError):
+                continue  # the engine hook refuses it with the precise error
+            if stored is not value:
+                setattr(target, attr, stored)
+
+
+def _key_positions(mapper: Mapper[Any], table: Any) -> tuple[int, ...]:
+    """Where each column of ``table``'s primary key (in the table's order: what the
+    UPDATE's WHERE names) is in the object's identity key, which holds the stored key
+    whether loaded or expired: the column itself, or under joined inheritance the parent's
+    key column it refers to."""
+    mapper_pk = list(mapper.primary_key)
+    out = []
+    for c in table.primary_key:
+        targets = [c, *(fk.column for fk in c.foreign_keys)]
+        found = [i for i, m in enumerate(mapper_pk) if any(m is t for t in targets)]
+        if not found:  # not mapped as SQLAlchemy maps keys: no write-back by key
+            return ()
+        out.append(found[0])
+    return tuple(out)
+
+
+def _derive_key_shard(
+    sc: ShardColumn, state: Any, target: Any, shard_attr: str, source_attrs: tuple[str, ...]
+) -> None:
+    """A shard in the primary key, from the object's sources, set with its history (the
+    UPDATE moves the row's key: SQLite and others; Spanner refuses it in the hook)."""
+    values = [getattr(target, a) for a in source_attrs]
+    send = sc.values_to_send(values)
+    for attr, v, stored in zip(source_attrs, values, send, strict=True):
+        if stored is not v:
+            setattr(target, attr, stored)  # sent and kept in its stored form
+    shard = sc.compute(send)
+    if getattr(target, shard_attr) != shard:
+        setattr(target, shard_attr, shard)
+        state.dict.pop(given_mark_key(shard_attr), None)  # the library's, not the caller's
 
 
 def _was_derived(sc: ShardColumn, state: Any, source_attrs: tuple[str, ...], given: Any) -> bool:
-    """True when the shard's new value is what the old sources hash to: it was derived by
-    the set listener (or merge copied it), not chosen by the caller."""
+    """True when the shard's new value is what the old sources hash to: ``merge`` copied it
+    from an object whose sources changed after it was derived, not chosen by the caller."""
     old = []
     for a in source_attrs:
         h = state.attrs[a].history
@@ -201,30 +321,47 @@ def _apply_onupdate(
 
 
 def install_source_listeners(mapper: Mapper[Any]) -> None:
-    """Recompute the shard on the object when one of its sources is set, where it is
-    needed before the flush: on an object that has a row (persistent or detached, whose
-    loaded shard would otherwise be stale, e.g. for ``bulk_save_objects``), and on any
-    object when the shard is in the primary key (``session.merge()`` and the identity map
-    key the object by it). A new object's other shards are computed once, at flush, so
-    building objects costs one early return per source set. A source change the session
-    discards (``expire``, ``refresh``) takes the shard it derived back with it."""
+    """The ``set`` listeners of a mapper's shards: on every client-computed shard
+    attribute, one that marks the value the caller sets (``given_mark_key``); on each
+    source of a shard in the primary key, one that derives the shard of a new object as soon
+    as every source is known (``session.merge()`` keys it by its attributes). A
+    source change the session discards (``expire``, ``refresh``) takes the key shard it
+    derived back with it. Other shards are derived at flush, from what it sends."""
     pk_cols = {c for t in mapper.tables for c in t.primary_key}
     restore: list[tuple[str, tuple[str, ...]]] = []
     for sc, shard_attr, source_attrs in mapper_plans(mapper):
         if sc.server_side:
             continue
+        event.listen(
+            mapper.class_manager[shard_attr],
+            "set",
+            _given_marker(given_mark_key(shard_attr)),
+            propagate=True,
+            raw=True,
+        )
+        if sc.column not in pk_cols:
+            continue
         restore.append((shard_attr, source_attrs))
-        eager = sc.column in pk_cols
         for attr in source_attrs:
             event.listen(
                 mapper.class_manager[attr],
                 "set",
-                _source_setter(sc, shard_attr, source_attrs, attr, eager),
+                _source_setter(sc, shard_attr, source_attrs, attr),
                 propagate=True,
                 raw=True,
             )
     if restore:
         event.listen(mapper, "expire", _shard_restorer(restore), propagate=True)
+
+
+def _given_marker(mark: str) -> Any:
+    def on_set(state: Any, value: Any, oldvalue: Any, initiator: Any) -> None:
+        if value is None:
+            state.dict.pop(mark, None)
+        else:
+            state.dict[mark] = value
+
+    return on_set
 
 
 def _shard_restorer(plans: list[tuple[str, tuple[str, ...]]]) -> Any:
@@ -244,15 +381,16 @@ def _shard_restorer(plans: list[tuple[str, tuple[str, ...]]]) -> Any:
     return on_expire
 
 
-def _source_setter(
-    sc: ShardColumn, shard_attr: str, source_attrs: tuple[str, ...], me: str, eager: bool
-) -> Any:
+def _source_setter(sc: ShardColumn, shard_attr: str, source_attrs: tuple[str, ...], me: str) -> Any:
     others = [a for a in source_attrs if a != me]
+    mark = given_mark_key(shard_attr)
 
     def on_set(state: Any, value: Any, oldvalue: Any, initiator: Any) -> None:
-        if state.key is None and not eager:
-            return  # a new object: before_insert computes the shard once, at flush
-        target = state.obj()
+        if state.key is not None:
+            # a row's object: merge() and the identity map know it by its stored key, and
+            # the flush moves the key (before_update); setting the shard here could load
+            # expired attributes, and that autoflush
+            return
         d = state.dict
         for a in others:
             if a not in d:
@@ -262,17 +400,10 @@ def _source_setter(
             new = sc.compute(values)
         except (ShardingError, TypeError, ValueError):
             return  # not hashable: the flush refuses it with the precise error
-        current = d.get(shard_attr)
-        if current is not None and current != new:
-            try:
-                old = sc.compute([oldvalue if a == me else d[a] for a in source_attrs])
-            except (ShardingError, TypeError, ValueError):
-                old = None
-            if old == current:
-                setattr(target, shard_attr, new)  # it was derived from the old sources
-            # else it was set by hand, and the flush checks it
-        elif current is None:
-            setattr(target, shard_attr, new)
+        if is_given(d, shard_attr, mark):
+            return  # the caller's: the flush checks it
+        if d.get(shard_attr) != new:
+            d[shard_attr] = new  # a new object's INSERT is built from its dict
         _mark_derived(d, sc, shard_attr, values, new)
 
     return on_set

@@ -18,7 +18,7 @@ client-computed shard column:
 from __future__ import annotations
 
 import datetime as _dt
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sqlalchemy.sql.elements import BindParameter
@@ -27,9 +27,10 @@ from sharded_orm.errors import ShardConfigError, ShardMismatchError, ShardValueE
 from sharded_orm.schema.columns import ShardColumn
 from sharded_orm.write.fastpath import RowsFiller, rows_filler
 from sharded_orm.write.sql import MISSING, evaluate_default, evaluate_onupdate, literal_value
+from sharded_orm.write.stored import StoredRows
 
 #: ``(row, source keys) -> {key: stored value}`` read from the row an UPDATE targets
-Fetch = Callable[[Mapping[str, Any], list[str]], "dict[str, Any] | None"]
+Fetch = StoredRows
 
 
 def _unhashable_source(sc: ShardColumn, key: str) -> ShardConfigError:
@@ -169,7 +170,11 @@ class RowShards:
                 continue  # the WHERE clause's row does not exist: the UPDATE changes nothing
             send = sc.values_to_send(values)
             shard = sc.compute(send)
-            _check_given(sc, out, stmt_values, shard)
+            try:
+                _check_given(sc, out, stmt_values, shard)
+            except ShardMismatchError:
+                if not _resent(sc, out, fetch):
+                    raise
             if out is row:
                 out = dict(row)
             for k, v, stored in zip(sc.source_keys, values, send, strict=True):
@@ -185,6 +190,89 @@ class RowShards:
                 sc, stored_sources(sc, out, stmt_values), stmt_values, insert=False
             )
         return out
+
+    def update_rows(
+        self,
+        rows: Sequence[dict[str, Any]],
+        stmt_values: Mapping[str, Any],
+        pinned: Mapping[str, Any],
+        fetch: Fetch | None,
+    ) -> list[dict[str, Any]]:
+        """The UPDATE rows to send (see :meth:`update_row`). Rows of one statement share
+        their keys: when they set sources of client-computed shards and give no shard,
+        which sources each row gives and which are read from the stored rows is settled
+        once, and the stored ones are read for every row in one batch."""
+        plans = self._update_plans(rows, stmt_values, pinned, fetch)
+        if plans is None:
+            return [self.update_row(r, stmt_values, pinned, fetch) for r in rows]
+        missing = [
+            k for sc, given in plans for k, g in zip(sc.source_keys, given, strict=True) if not g
+        ]
+        try:
+            return self._fast_update_rows(rows, plans, missing, fetch)
+        except KeyError:  # a row without a key the first one has: row by row
+            return [self.update_row(r, stmt_values, pinned, fetch) for r in rows]
+
+    @staticmethod
+    def _fast_update_rows(
+        rows: Sequence[dict[str, Any]],
+        plans: list[tuple[ShardColumn, list[bool]]],
+        missing: list[str],
+        fetch: Fetch | None,
+    ) -> list[dict[str, Any]]:
+        found = fetch.batch(missing) if missing and fetch is not None else {}
+        row_keys = fetch.keys() if missing and fetch is not None else None
+        out = []
+        for i, row in enumerate(rows):
+            stored: Mapping[str, Any] = row
+            if row_keys is not None and fetch is not None:
+                key = row_keys[i]
+                hit = found.get(key) if key is not None else None
+                if hit is None:
+                    hit = fetch(row, missing)  # bound as stored differs, or no such row
+                if hit is None:
+                    out.append(row)  # no such row: the UPDATE changes nothing
+                    continue
+                stored = hit
+            new = dict(row)
+            for sc, given in plans:
+                keys = sc.source_keys
+                values = [row[k] if g else stored[k] for k, g in zip(keys, given, strict=True)]
+                send = sc.values_to_send(values)
+                new[sc.key] = sc.shard_fn(send)
+                for k, g, v, s in zip(keys, given, values, send, strict=True):
+                    if g and s is not v:
+                        new[k] = s  # what is hashed is what is stored
+            out.append(new)
+        return out
+
+    def _update_plans(
+        self,
+        rows: Sequence[dict[str, Any]],
+        stmt_values: Mapping[str, Any],
+        pinned: Mapping[str, Any],
+        fetch: Fetch | None,
+    ) -> list[tuple[ShardColumn, list[bool]]] | None:
+        """Per shard whose sources the rows set: which sources each row gives (True) and
+        which are read from the stored row (False); None where the general path applies
+        (values in the statement, an onupdate, a Spanner-computed shard, a shard given,
+        a source taken from the WHERE clause, nothing to read them with)."""
+        if stmt_values or self.onupdate_sources or self.server_made or not rows:
+            return None
+        first = rows[0]
+        plans = []
+        for sc in self.client_made:
+            if sc.key in first:
+                return None
+            given = [k in first for k in sc.source_keys]
+            if not any(given):
+                continue
+            if not all(given) and (fetch is None or any(k in pinned for k in sc.source_keys)):
+                return None
+            if self.on_spanner:
+                _refuse_key_change(sc, [k for k, g in zip(sc.source_keys, given, strict=True) if g])
+            plans.append((sc, given))
+        return plans
 
     def _update_sources(
         self,
@@ -294,6 +382,17 @@ def _refuse_key_change(sc: ShardColumn, setting: list[str]) -> None:
             f"{sc.name!r} or its sources are key columns), and Spanner cannot change key "
             "columns. Delete the row and insert it with the new values."
         )
+
+
+def _resent(sc: ShardColumn, row: Mapping[str, Any], fetch: Fetch | None) -> bool:
+    """Whether the disagreeing shard an UPDATE row carries is the one the row already
+    stores: an object saved with all its columns (``bulk_save_objects``, a detached object
+    whose source changed) resends its loaded shard, which is no caller's choice; the new
+    one replaces it. Read from the stored row only on this (rare) path."""
+    if fetch is None or sc.key not in row:
+        return False
+    stored = fetch(row, [sc.key])
+    return stored is not None and stored.get(sc.key) == row[sc.key]
 
 
 def _check_given(

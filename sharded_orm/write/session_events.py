@@ -1,10 +1,16 @@
 """The identity map stays truthful after an ORM-enabled UPDATE that changes a source.
 
 ``session.execute(update(Model).where(...).values(ts=...))`` with ``synchronize_session``
-'auto', 'evaluate' or 'fetch' writes the new source into the objects already loaded, but
-not the shard the engine hook added to the statement. A ``do_orm_execute`` listener runs
-the statement and then recomputes, from their committed sources, the shard of every
-loaded object of that mapper whose sources and shard are loaded and not pending a change.
+'auto', 'evaluate' or 'fetch', and the ORM bulk UPDATE by primary key, write the new
+source into the objects already loaded that the statement matched, but not the shard the
+engine hook added to the statement. SQLAlchemy tells each of those objects, and only
+those, with the instance ``refresh`` event (the attributes it set): a listener on each
+sharded mapper recomputes, from its committed sources, the shard of such an object whose
+sources and shard are loaded and not pending a change. No other object is looked at, and
+no statement pays anything per object the session holds.
+
+A ``do_orm_execute`` listener watches the engine of an ORM bulk INSERT or UPDATE of a
+sharded model (those run no mapper event).
 """
 
 from __future__ import annotations
@@ -13,12 +19,12 @@ import weakref
 from typing import Any
 
 from sqlalchemy import event
-from sqlalchemy.orm import Session
-from sqlalchemy.orm.attributes import instance_dict, instance_state, set_committed_value
+from sqlalchemy.orm import Mapper, Session
+from sqlalchemy.orm.attributes import instance_state, set_committed_value
 
 from sharded_orm.errors import ShardingError
 from sharded_orm.write.engine_hook import watch
-from sharded_orm.write.orm_events import Plan, mapper_plans
+from sharded_orm.write.orm_events import Plan, mapper_plans, sharded_tables
 
 _plans: weakref.WeakKeyDictionary[Any, list[Plan]] = weakref.WeakKeyDictionary()
 
@@ -30,17 +36,20 @@ def _plans_of(mapper: Any) -> list[Plan]:
     return hit
 
 
-def _resync(session: Session, mapper: Any, plans: list[Plan]) -> None:
-    cls = mapper.class_
-    for obj in list(session.identity_map.values()):
-        if not isinstance(obj, cls):
-            continue
-        d = instance_dict(obj)
-        state = instance_state(obj)
+def _refresher(plans: list[Plan]) -> Any:
+    sources = frozenset(a for _, _, source_attrs in plans for a in source_attrs)
+
+    def on_refresh(target: Any, context: Any, attrs: Any) -> None:
+        if not attrs or sources.isdisjoint(attrs):
+            return  # a full load (attrs None: shard and sources read together) or no source
+        state = instance_state(target)
+        d = state.dict
         for sc, shard_attr, source_attrs in plans:
-            if shard_attr not in d or any(a not in d for a in source_attrs):
+            if shard_attr in attrs or shard_attr not in d:
+                continue  # the shard was read with them, or is not loaded
+            if any(a not in d for a in source_attrs) or not any(a in attrs for a in source_attrs):
                 continue
-            if any(state.attrs[a].history.has_changes() for a in (*source_attrs, shard_attr)):
+            if any(a in state.committed_state for a in (*source_attrs, shard_attr)):
                 continue  # a pending change: the flush will compute it
             values = [d[a] for a in source_attrs]
             try:
@@ -50,27 +59,28 @@ def _resync(session: Session, mapper: Any, plans: list[Plan]) -> None:
                 continue
             for attr, v, stored in zip(source_attrs, values, send, strict=True):
                 if stored is not v:  # 'evaluate' copied the given value: keep what is stored
-                    set_committed_value(obj, attr, stored)
+                    set_committed_value(target, attr, stored)
             if d[shard_attr] != shard:
-                set_committed_value(obj, shard_attr, shard)
+                set_committed_value(target, shard_attr, shard)
+
+    return on_refresh
 
 
-def _do_orm_execute(orm_execute_state: Any) -> Any:
+def _install_refresher(mapper: Mapper[Any], class_: Any) -> None:
+    """On each mapper with a sharded table (a subclass's plans include its parents')."""
+    if sharded_tables(mapper):
+        event.listen(mapper, "refresh", _refresher(_plans_of(mapper)))
+
+
+def _do_orm_execute(orm_execute_state: Any) -> None:
     if not (orm_execute_state.is_update or orm_execute_state.is_insert):
-        return None
+        return
     mapper = orm_execute_state.bind_mapper
-    if mapper is None:
-        return None
-    plans = _plans_of(mapper)
-    if not plans:
-        return None
+    if mapper is None or not _plans_of(mapper):
+        return
     # an ORM bulk INSERT/UPDATE runs no mapper event: its engine must be watched now
     watch(orm_execute_state.session.get_bind(mapper=mapper))
-    if not orm_execute_state.is_update:
-        return None
-    result = orm_execute_state.invoke_statement()
-    _resync(orm_execute_state.session, mapper, plans)
-    return result
 
 
+event.listen(Mapper, "mapper_configured", _install_refresher)
 event.listen(Session, "do_orm_execute", _do_orm_execute)

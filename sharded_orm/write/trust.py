@@ -1,9 +1,10 @@
-"""Rows the ORM flush has just filled, so the engine hook does not hash them again.
+"""What the ORM flush tells the engine hook about the rows it is about to send.
 
 ``before_insert`` runs for every object of a flush before SQLAlchemy sends their INSERT,
 on the same ``Connection``. For each object it fills, it records here (per connection and
-table, in order) the very source objects it hashed and the shard it stored. The engine
-hook accepts an INSERT row without hashing it only when both hold:
+table, in order) the very source objects it hashed and the shard it stored, with the
+object's ``__dict__`` and which of its shards the library derived (not the caller's). The
+engine hook accepts an INSERT row without hashing it only when both hold:
 
 * the statement is the ORM flush's own INSERT for that table: SQLAlchemy's persistence
   sends each of its statements with the execution option ``compiled_cache`` set to the
@@ -11,9 +12,17 @@ hook accepts an INSERT row without hashing it only when both hold:
   row written from ``before_insert``) or by the application does not carry;
 * the row holds those same objects (``is``) and that shard, record by record, in order.
 
+A row that holds what its object holds *now* but not what was hashed was changed after
+``before_insert`` by a listener that ran later (an application's ``before_insert`` that
+normalises a source): its derived shards are computed again from the row, the value the
+database gets, and written back to the object (:func:`take` returns those records).
 Any other row, or any row out of step, is checked in full, and the records of that
 connection are dropped; they are dropped as well when the connection commits or rolls
 back (a failed flush leaves nothing behind for the next statement).
+
+``before_update`` records, by primary key, the objects whose derived shard the engine hook
+computes from the UPDATE it sends (:func:`expect_update`), so the hook can write that
+shard back to the object (:func:`updated_objects`).
 """
 
 from __future__ import annotations
@@ -22,12 +31,19 @@ import weakref
 from collections import deque
 from typing import Any
 
-#: a record: (column key, value) pairs of one object, shard and sources, as filled
-Record = tuple[tuple[str, Any], ...]
+#: (column key, value) pairs of one object, shard and sources, as filled
+Pairs = tuple[tuple[str, Any], ...]
+#: a record: the pairs, the object's __dict__, (attribute, column key) of each pair, and
+#: (column key, attribute) of each shard the library derived
+Record = tuple[Pairs, dict[str, Any], tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]]
 
 #: connection -> (id of the mapper's statement cache, id of the table) -> records
 Queues = dict[tuple[int, int], deque[Record]]
 _pending: weakref.WeakKeyDictionary[Any, Queues] = weakref.WeakKeyDictionary()
+#: connection -> (id of the statement cache, id of the table) -> primary key -> write-backs
+Target = tuple[dict[str, Any], str, str, bool]
+Updates = dict[tuple[int, int], dict[tuple[Any, ...], list[Target]]]
+_updates: weakref.WeakKeyDictionary[Any, Updates] = weakref.WeakKeyDictionary()
 
 
 def pending(connection: Any) -> Queues:
@@ -43,11 +59,14 @@ def _same(got: Any, want: Any) -> bool:
     return got is want or (type(got) is int and type(want) is int and got == want)
 
 
-def take(connection: Any, options: Any, table: Any, rows: list[dict[str, Any]]) -> bool:
-    """True when the INSERT into ``table``, run with execution ``options``, is the ORM
-    flush's own and every row is the next recorded object, unchanged; the records are
-    consumed. False otherwise (the rows are then checked in full, and the connection's
-    records dropped)."""
+def take(
+    connection: Any, options: Any, table: Any, rows: list[dict[str, Any]]
+) -> bool | list[tuple[int, Record]]:
+    """For the INSERT into ``table`` run with execution ``options``: True when it is the
+    ORM flush's own and every row is the next recorded object, unchanged; a list of
+    ``(row index, record)`` for the rows a later listener changed (each still what its
+    object holds now); False otherwise (the rows are then checked in full, and the
+    connection's records dropped). The records are consumed."""
     records = _pending.get(connection)
     if not records:
         return False
@@ -55,14 +74,56 @@ def take(connection: Any, options: Any, table: Any, rows: list[dict[str, Any]]) 
     if not queue or len(queue) < len(rows):
         records.clear()
         return False
-    for row, record in zip(rows, queue, strict=False):
-        for key, value in record:
+    changed: list[tuple[int, Record]] | None = None
+    for i, (row, record) in enumerate(zip(rows, queue, strict=False)):
+        for key, value in record[0]:
             if not _same(row.get(key), value):
-                records.clear()
-                return False
+                break
+        else:
+            continue
+        d = record[1]
+        if any(not _same(row.get(key), d.get(attr)) for attr, key in record[2]):
+            records.clear()  # out of step: not this object's row
+            return False
+        if changed is None:
+            changed = []
+        changed.append((i, record))
     for _ in rows:
         queue.popleft()
-    return True
+    return True if changed is None else changed
+
+
+def expect_update(
+    connection: Any,
+    cache: Any,
+    table: Any,
+    key: tuple[Any, ...],
+    target: Target,
+) -> None:
+    """The flush's UPDATE of the row of primary key ``key`` in ``table`` will get its shard
+    from the engine hook: ``target`` is (the object's __dict__, its shard attribute, the
+    shard's column key, whether the row carries a shard the library derived before a
+    later listener could change a source: computed again), where the hook writes the
+    shard it sends."""
+    updates = _updates.get(connection)
+    if updates is None:
+        updates = _updates[connection] = {}
+    by_key = updates.setdefault((id(cache), id(table)), {})
+    targets = by_key.setdefault(key, [])
+    if target not in targets:
+        targets.append(target)
+
+
+def updated_objects(
+    connection: Any, options: Any, table: Any
+) -> dict[tuple[Any, ...], list[Target]] | None:
+    """The write-backs :func:`expect_update` recorded for the flush's UPDATEs of ``table``
+    run with ``options`` (the flush may send several: one per set of changed columns), by
+    primary key; the caller pops those it uses. None for any other statement."""
+    updates = _updates.get(connection)
+    if not updates:
+        return None
+    return updates.get((id(options.get("compiled_cache")), id(table)))
 
 
 def forget(connection: Any, *args: Any) -> None:
@@ -70,6 +131,9 @@ def forget(connection: Any, *args: Any) -> None:
     records = _pending.get(connection)
     if records:
         records.clear()
+    updates = _updates.get(connection)
+    if updates:
+        updates.clear()
 
 
 class Tally:

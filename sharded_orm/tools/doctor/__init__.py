@@ -54,9 +54,8 @@ def doctor(
     elif since is not None and since.tzinfo is None:
         since = since.replace(tzinfo=dt.timezone.utc)
     catalog = Catalog(metadata_of_models(models), attribute_names(models))
-    rows = load_rows(source, window, since)
-    diagnosis = diagnose(rows, catalog, window)
-    if rows and all(r.source == "simulated" for r in rows):
+    diagnosis = diagnose(load_rows(source, window, since), catalog, window)  # one pass
+    if diagnosis.heat.simulated:
         diagnosis.source = "simulated"
     elif hasattr(source, "dialect"):
         diagnosis.source = "production"

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable
 from typing import Any
 
 from sqlalchemy import Column, MetaData
@@ -31,12 +31,32 @@ from sharded_orm.tools.doctor.findings import (
     EmptyWindowError,
     HotspotFinding,
 )
-from sharded_orm.tools.doctor.keys import Catalog, Key, role_of
+from sharded_orm.tools.doctor.groups import (
+    MONOTONIC_ROLES,
+    Group,
+    Rows,
+    value_of,
+)
+from sharded_orm.tools.doctor.keys import Catalog, role_of
 from sharded_orm.tools.doctor.sources import INTERVAL_SECONDS, VIEWS, SplitRow
 
-PATTERNS = ("monotonic", "tenant_skew", "hot_key", "unsharded_index", "sequence", "unknown")
-MONOTONIC_ROLES = ("time", "counter", "uuid7")
-HOT_ROW_REASONS = {"HOT_ROW", "UNISOLATABLE_HOT_ROW"}
+PATTERNS = (
+    "monotonic",
+    "tenant_skew",
+    "hot_key",
+    "unsharded_index",
+    "sequence",
+    "large_scan",
+    "unknown",
+)
+#: Spanner's UNSPLITTABLE_REASONS codes (the minute, 10-minute and hour views)
+REASONS = (
+    "HOT_ROW",
+    "MOVING_HOT_SPOT",
+    "LARGE_SCAN_HOT_SPOT",
+    "UNISOLATABLE_HOT_ROW",
+    "UNSPECIFIED",
+)
 MIGRATIONS = "docs/migrations.md, Resharding"
 
 
@@ -85,40 +105,21 @@ def attribute_names(models: Any) -> dict[tuple[str, str], str]:
     return out
 
 
-def _hot_seconds(rows: Sequence[DecodedRow], window: str) -> float:
-    return len({r.row.interval_end for r in rows if r.row.cpu_usage_score >= 100}) * float(
-        INTERVAL_SECONDS[window]
-    )
-
-
 def _finding(
-    name: str, kind: str, pattern: str, fix: str, rows: Sequence[DecodedRow], window: str, **kw: Any
+    name: str, kind: str, pattern: str, fix: str, rows: Rows, window: str, **kw: Any
 ) -> HotspotFinding:
-    starts = list(dict.fromkeys(r.row.split_start for r in rows))
     return HotspotFinding(
         table=name,
         kind=kind,
         pattern=pattern,
         fix=fix,
-        peak_score=max((r.row.cpu_usage_score for r in rows), default=0),
-        hot_seconds=_hot_seconds(rows, window),
-        intervals=len({r.row.interval_end for r in rows}),
-        keys=starts[:5],
+        peak_score=rows.peak,
+        hot_seconds=len(rows.hot_ends) * float(INTERVAL_SECONDS[window]),
+        intervals=len(rows.ends),
+        keys=list(rows.starts),
+        reasons=sorted(rows.reasons),
         **kw,
     )
-
-
-def _is_hot_key(r: DecodedRow) -> bool:
-    if HOT_ROW_REASONS & set(r.row.unsplittable_reasons):
-        return True
-    s, lim = r.start, r.limit
-    if s.kind not in ("table", "index") or lim.name != s.name or not s.parts:
-        return False
-    if len(s.parts) != s.full_length or len(lim.parts) != len(s.parts):
-        return False
-    if s.parts[-1].role in MONOTONIC_ROLES:
-        return False
-    return [p.value for p in s.parts[:-1]] == [p.value for p in lim.parts[:-1]]
 
 
 def _attr(catalog: Catalog, col: Column[Any]) -> str:
@@ -126,31 +127,36 @@ def _attr(catalog: Catalog, col: Column[Any]) -> str:
     return catalog.attributes.get((getattr(table, "name", ""), col.name), col.name)
 
 
-def diagnose(rows: list[SplitRow], catalog: Catalog, window: str) -> Diagnosis:
-    if not rows:
+def diagnose(rows: Iterable[SplitRow], catalog: Catalog, window: str) -> Diagnosis:
+    """Classify ``rows`` (any iterable: a stream is read once, never held) into findings."""
+    from sharded_orm.tools.doctor.findings import HeatSample
+
+    groups: dict[str, Group] = {}
+    heat = HeatSample()
+    for row in rows:
+        d = DecodedRow(row, catalog.decode(row.split_start), catalog.decode(row.split_limit))
+        space = d.space
+        group = groups.get(space.name)
+        if group is None:
+            group = groups[space.name] = Group(space, catalog)
+        group.add(d)
+        heat.add(d)
+    if not heat.count:
         raise EmptyWindowError(
             f"no rows in {VIEWS[window]} for this window: Spanner lists only splits whose "
             "CPU_USAGE_SCORE reached 50, so no split was warm or hot then. Widen the window "
             "(since=..., --since) or read the 10-minute or hour view (window=...)"
         )
-    decoded = [
-        DecodedRow(r, catalog.decode(r.split_start), catalog.decode(r.split_limit)) for r in rows
-    ]
-    groups: dict[str, list[DecodedRow]] = {}
-    for d in decoded:
-        groups.setdefault(d.space.name, []).append(d)
     findings: list[HotspotFinding] = []
     for name, group in groups.items():
         findings.extend(_classify(name, group, catalog, window))
     findings.sort(key=lambda f: (-f.hot_seconds, -f.peak_score, f.table))
-    return Diagnosis(window, decoded, findings)
+    return Diagnosis(window, heat, findings)
 
 
-def _classify(
-    name: str, group: list[DecodedRow], catalog: Catalog, window: str
-) -> list[HotspotFinding]:
-    space = group[0].space
-    if space.kind in ("unknown", "boundary"):
+def _classify(name: str, group: Group, catalog: Catalog, window: str) -> list[HotspotFinding]:
+    space = group.space
+    if group.found is None:
         what = f"unknown table {name!r}" if space.kind == "unknown" else "the whole key space"
         return [
             _finding(
@@ -160,59 +166,50 @@ def _classify(
                 f"{what}: its split keys name no table or index of the given models. Pass "
                 "the models that declare it (a declarative base or MetaData holding every "
                 "table), then run doctor again.",
-                group,
+                group.all,
                 window,
             )
         ]
-    found = catalog.columns_of(name)
-    assert found is not None
-    kind, cols, table = found
+    kind, cols, table = group.found
     out: list[HotspotFinding] = []
-    hot_keys: list[DecodedRow] = []
-    rest: list[DecodedRow] = []
-    for r in group:
-        (hot_keys if _is_hot_key(r) else rest).append(r)
-    if hot_keys:
-        by_key: dict[str, list[DecodedRow]] = {}
-        for r in hot_keys:
-            by_key.setdefault(r.row.split_start, []).append(r)
-        for start, rs in by_key.items():
-            out.append(
-                _finding(
-                    name,
-                    kind,
-                    "hot_key",
-                    f"one row or a few keys of {name} from {start} take the load: contention "
-                    "on the same rows, not a key-design problem. Spread that row's writes "
-                    "(split a counter or a status row into N rows keyed by a "
-                    "shard_column(..., count=N) and sum them on read), batch or cache the "
-                    "writes, and keep its transactions short. No lint rule can see this.",
-                    rs,
-                    window,
-                    base_table=table.name,
-                    tenant=_value(rs[0].start, "tenant"),
-                    shard=_value(rs[0].start, "shard"),
-                )
+    if group.scans.n:
+        out.append(
+            _finding(
+                name,
+                kind,
+                "large_scan",
+                f"Spanner says LARGE_SCAN_HOT_SPOT: reads scanning {name} keep its splits "
+                "busy, not writes. Find the scans (Query Insights) and narrow them: an index "
+                "for the filter, a LIMIT, a key range. Fan-out reads scan too: merged() and "
+                "page() read up to N x K index entries a call; sharded-orm advise prices a "
+                "shard count's reads.",
+                group.scans,
+                window,
+                base_table=table.name,
             )
-    if rest:
-        out.append(_classify_range(catalog, name, kind, cols, table, rest, window))
+        )
+    for start, rs in group.hot_keys.items():
+        assert rs.first is not None
+        out.append(
+            _finding(
+                name,
+                kind,
+                "hot_key",
+                f"one row or a few keys of {name} from {start} take the load: contention "
+                "on the same rows, not a key-design problem. Spread that row's writes "
+                "(split a counter or a status row into N rows keyed by a "
+                "shard_column(..., count=N) and sum them on read), batch or cache the "
+                "writes, and keep its transactions short. No lint rule can see this.",
+                rs,
+                window,
+                base_table=table.name,
+                tenant=value_of(rs.first.start, "tenant"),
+                shard=value_of(rs.first.start, "shard"),
+            )
+        )
+    if group.rest.n:
+        out.append(_classify_range(catalog, name, kind, cols, table, group.rest, window))
     return out
-
-
-def _located(r: DecodedRow, role: str, desc: bool) -> Any:
-    """The ``role`` part of the keys a split holds: the start's, or, when the split ends in
-    another value and the growing part is descending (new rows go first), the limit's."""
-    a, b = _value(r.start, role), _value(r.limit, role)
-    if r.limit.name != r.space.name:
-        return a
-    if a is None or (desc and b is not None and a != b):
-        return b
-    return a
-
-
-def _value(key: Key, role: str) -> Any:
-    p = key.part(role)
-    return None if p is None else p.value
 
 
 def _classify_range(
@@ -221,26 +218,24 @@ def _classify_range(
     kind: str,
     cols: list[tuple[Column[Any], bool]],
     table: Any,
-    rows: list[DecodedRow],
+    rows: Rows,
     window: str,
 ) -> HotspotFinding:
     roles = [role_of(c) for c, _ in cols]
     mono = next((i for i, r in enumerate(roles) if r in MONOTONIC_ROLES), None)
     shard_pos = 0 if roles and roles[0] == "shard" else None
     tenant_pos = next((i for i, r in enumerate(roles) if r == "tenant"), None)
-    desc = cols[mono][1] if mono is not None else False
-    tenants = Counter(t for r in rows if (t := _located(r, "tenant", desc)) is not None)
-    shards = sorted({v for r in rows if (v := _located(r, "shard", desc)) is not None})
+    tenants = rows.tenants
+    shards = sorted(rows.shards)
     top_tenant, top_n = tenants.most_common(1)[0] if tenants else (None, 0)
     shard_load: Counter[Any] = Counter()
-    for r in rows:
-        v = _located(r, "shard", desc)
-        if v is not None and (top_tenant is None or _located(r, "tenant", desc) == top_tenant):
-            shard_load[v] += r.row.cpu_usage_score
+    for (t, v), score in rows.tenant_shard.items():
+        if top_tenant is None or t == top_tenant:
+            shard_load[v] += score
     hottest_shard = shard_load.most_common(1)[0][0] if shard_load else None
     common = dict(base_table=table.name, shards=shards)
     if mono is None:
-        reasons = sorted({x for r in rows for x in r.row.unsplittable_reasons})
+        reasons = sorted(rows.reasons)
         return _finding(
             name,
             kind,
@@ -267,15 +262,11 @@ def _classify_range(
         scol = cols[0][0]
         spec = scol.info.get(INFO_KEY)
         count = getattr(spec, "count", None) or 0
-        load = max(
-            sum(
-                r.row.cpu_usage_score
-                for r in rows
-                if r.row.interval_end == end
-                and (top_tenant is None or _located(r, "tenant", desc) == top_tenant)
-            )
-            for end in {r.row.interval_end for r in rows}
-        )
+        per_end: Counter[Any] = Counter()
+        for (end, t), score in rows.end_tenant.items():
+            if top_tenant is None or t == top_tenant:
+                per_end[end] += score
+        load = max(per_end.values(), default=0)
         suggested = max(2 * count, int(math.ceil(load / 50 / 10.0)) * 10, 10)
         reshard = (
             f"raise the count of {scol.name} to about {suggested} (shard_column(..., "
@@ -283,7 +274,7 @@ def _classify_range(
             "op.backfill_shard(...), the new ShardedIndex, then drop the old column and index "
             f"({MIGRATIONS}); presplit the new shards before switching traffic"
         )
-        if top_tenant is not None and top_n * 2 >= len(rows):
+        if top_tenant is not None and top_n * 2 >= rows.n:
             return _finding(
                 name,
                 kind,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,6 +33,8 @@ class HotspotFinding:
     intervals: int = 0
     shards: list[int] = field(default_factory=list)
     keys: list[str] = field(default_factory=list)  # sample split starts
+    #: Spanner's UNSPLITTABLE_REASONS over the finding's rows (HOT_ROW, MOVING_HOT_SPOT...)
+    reasons: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         tenant = (
@@ -52,6 +55,7 @@ class HotspotFinding:
             "rule": self.rule,
             "fix": self.fix,
             "split_starts": self.keys,
+            "unsplittable_reasons": self.reasons,
         }
 
 
@@ -66,12 +70,45 @@ class DecodedRow:
         return self.start if self.start.kind != "boundary" else self.limit
 
 
+class HeatSample:
+    """What the heatmap and the summary need of every row, in bounded memory: the count,
+    the first and last interval, each key space's kind, and at most ``PER_SPACE`` rows of
+    each key space (a uniform sample, seeded: the same rows give the same picture)."""
+
+    PER_SPACE = 4096
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.first_end: Any = None
+        self.last_end: Any = None
+        self.seen: dict[str, int] = {}
+        self.rows: dict[str, list[DecodedRow]] = {}
+        self.simulated = True
+        self._rng = random.Random(0)
+
+    def add(self, r: DecodedRow) -> None:
+        self.count += 1
+        end = r.row.interval_end
+        self.first_end = end if self.first_end is None else min(self.first_end, end)
+        self.last_end = end if self.last_end is None else max(self.last_end, end)
+        self.simulated = self.simulated and r.row.source == "simulated"
+        name = r.space.name
+        n = self.seen[name] = self.seen.get(name, 0) + 1
+        kept = self.rows.setdefault(name, [])
+        if len(kept) < self.PER_SPACE:
+            kept.append(r)
+        else:  # reservoir: each of the n rows kept with the same chance
+            j = self._rng.randrange(n)
+            if j < self.PER_SPACE:
+                kept[j] = r
+
+
 @dataclass
 class Diagnosis:
     """What ``doctor`` found over one window of split statistics."""
 
     window: str
-    rows: list[DecodedRow]
+    heat: HeatSample
     findings: list[HotspotFinding]
     #: where the rows came from: "production", "simulated", "exported statistics", ...
     source: str = "split statistics"
@@ -84,13 +121,18 @@ class Diagnosis:
         """Findings whose splits were hot (CPU score 100) for more than ``seconds``."""
         return [f for f in self.findings if f.hot_seconds > seconds]
 
+    @property
+    def row_count(self) -> int:
+        """Rows read (every one classified; the heatmap draws a sample of each key space's)."""
+        return self.heat.count
+
     def as_dict(self) -> dict[str, Any]:
-        ends = [r.row.interval_end for r in self.rows]
+        h = self.heat
         return {
             "view": VIEWS[self.window],
-            "rows": len(self.rows),
-            "first_interval_end": min(ends).isoformat() if ends else None,
-            "last_interval_end": max(ends).isoformat() if ends else None,
+            "rows": h.count,
+            "first_interval_end": h.first_end.isoformat() if h.first_end else None,
+            "last_interval_end": h.last_end.isoformat() if h.last_end else None,
             "findings": [f.as_dict() for f in self.findings],
         }
 

@@ -70,13 +70,10 @@ def heatmap_panel(d: Diagnosis) -> Any:
     """The window as a heatmap panel: time across, each table's and index's keys up."""
     from sharded_orm.tools.simulate.heatmap import Panel
 
-    ends = sorted({r.row.interval_end for r in d.rows})
-    first = ends[0]
+    first, last = d.heat.first_end, d.heat.last_end
     step = float(d.interval_seconds)
-    n_t = int(round((ends[-1] - first).total_seconds() / step)) + 1
-    by_space: dict[str, list[Any]] = {}
-    for r in d.rows:
-        by_space.setdefault(r.space.name, []).append(r)
+    n_t = int(round((last - first).total_seconds() / step)) + 1
+    by_space = d.heat.rows  # each key space's rows, a bounded sample of them
     spaces = sorted(by_space, key=lambda n: (by_space[n][0].space.kind == "index", n))
     grid = [[0.0] * 0 for _ in range(n_t)]
     bands: list[tuple[str, int, int]] = []
@@ -95,7 +92,7 @@ def heatmap_panel(d: Diagnosis) -> Any:
         bands.append((name, offset, offset + n_b))
         offset += n_b
     hot = sum(1 for f in d.findings if f.hot_seconds)
-    title = f"{d.source}: {len(d.rows)} hot split rows\n{hot} finding(s) hot at CPU score 100"
+    title = f"{d.source}: {d.row_count} hot split rows\n{hot} finding(s) hot at CPU score 100"
     unit = "CPU usage score of the hot split (0-100)"
     return Panel(title=title, grid=grid, step=step, spaces=bands, unit=unit)
 

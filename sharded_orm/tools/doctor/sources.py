@@ -12,11 +12,12 @@ import csv
 import datetime as dt
 import json
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sharded_orm.checks import render_url, shown
 from sharded_orm.errors import ShardConfigError, ShardingError, ShardTypeError, ShardValueError
 from sharded_orm.tools.doctor.keys import parse_timestamp
 
@@ -124,57 +125,145 @@ def split_row(row: Mapping[str, Any], where: str) -> SplitRow:
 
 #: the largest export doctor reads (a minute view keeps at most 100 rows per interval)
 MAX_FILE_BYTES = 512 << 20
+#: the largest row of a JSON export (a row is a few hundred bytes)
+MAX_ROW_CHARS = 1 << 20
+_CHUNK = 1 << 16
 
 
-def _read_text(p: Path) -> str:
+def _not_utf8(p: Path, exc: UnicodeDecodeError) -> ShardValueError:
+    return ShardValueError(
+        f"{str(p)!r} is not UTF-8 text (byte {exc.object[exc.start]:#04x} near offset "
+        f"{exc.start} of a block): export the statistics as UTF-8 CSV or JSON"
+    )
+
+
+def _checked(path: str | Path) -> Path:
+    p = Path(path)
+    if not p.is_file():
+        raise ShardConfigError(f"no such file: {str(p)!r} (give a CSV or JSON export)")
     size = p.stat().st_size
     if size > MAX_FILE_BYTES:
         raise ShardValueError(
             f"{str(p)!r} is {size:,} bytes, more than doctor reads ({MAX_FILE_BYTES:,}): "
             "export a shorter window (--since, or a WHERE INTERVAL_END >= ... in the export)"
         )
-    data = p.read_bytes()
+    return p
+
+
+def rows_from_file(path: str | Path) -> Iterator[dict[str, Any]]:
+    """Rows exported as CSV (a header of column names) or JSON (a list of objects), read
+    as a stream: memory holds one block and one row, whatever the file's size."""
+    p = _checked(path)
     try:
-        return data.decode("utf-8-sig")
+        with p.open(encoding="utf-8-sig", newline="") as f:
+            head = f.read(1)
+            while head.isspace():
+                head = f.read(1)
+            f.seek(0)
+            if p.suffix.lower() == ".json" or head in ("[", "{"):
+                yield from _json_rows(p, f)
+            else:
+                yield from _csv_rows(p, f)
     except UnicodeDecodeError as exc:
-        raise ShardValueError(
-            f"{str(p)!r} is not UTF-8 text (byte {data[exc.start]:#04x} at offset {exc.start}): "
-            "export the statistics as UTF-8 CSV or JSON"
-        ) from None
+        raise _not_utf8(p, exc) from None
 
 
-def rows_from_file(path: str | Path) -> list[dict[str, Any]]:
-    """Rows exported as CSV (a header of column names) or JSON (a list of objects)."""
-    p = Path(path)
-    if not p.is_file():
-        raise ShardConfigError(f"no such file: {str(p)!r} (give a CSV or JSON export)")
-    text = _read_text(p)
-    if p.suffix.lower() == ".json" or text.lstrip().startswith(("[", "{")):
-        try:
-            data = json.loads(text)
-        except RecursionError:
-            raise ShardValueError(
-                f"{str(p)!r} is nested too deeply to be a split statistics export "
-                "(a JSON list of row objects)"
-            ) from None
-        except ValueError as exc:
-            raise ShardValueError(f"{str(p)!r} is not valid JSON (truncated?): {exc}") from None
-        if isinstance(data, dict):
-            data = data.get("rows", data.get("results", [data]))
-        if not isinstance(data, list):
-            raise ShardValueError(f"{str(p)!r}: expected a JSON list of rows")
-        return data
+def _csv_rows(p: Path, f: Any) -> Iterator[dict[str, Any]]:
     try:
-        rows = list(csv.DictReader(text.splitlines()))
+        for i, row in enumerate(csv.DictReader(f)):
+            if None in row or None in row.values():  # a short or long line: a truncated file
+                raise ShardValueError(
+                    f"{str(p)!r} line {i + 2}: {len([v for v in row.values() if v is not None])}"
+                    " fields where the header has a different number (a truncated or edited "
+                    "export?)"
+                )
+            yield row
     except csv.Error as exc:
         raise ShardValueError(f"{str(p)!r} is not a readable CSV export: {exc}") from None
-    for i, row in enumerate(rows):
-        if None in row or None in row.values():  # a short or long line: a truncated file
-            raise ShardValueError(
-                f"{str(p)!r} line {i + 2}: {len([v for v in row.values() if v is not None])} "
-                "fields where the header has a different number (a truncated or edited export?)"
-            )
-    return rows
+
+
+def _json_rows(p: Path, f: Any) -> Iterator[Any]:
+    """The objects of a JSON list, decoded one at a time (``raw_decode`` over a buffer of
+    blocks); an export that is one object (``{"rows": [...]}``) is read whole."""
+    buf = f.read(_CHUNK).lstrip()
+    if not buf:
+        raise ShardValueError(f"{str(p)!r} is empty: not a JSON export (truncated?)")
+    if buf[0] != "[":
+        yield from _json_whole(p, buf + f.read())
+        return
+    decoder = json.JSONDecoder()
+    pos, done = 1, False
+
+    def more() -> bool:
+        nonlocal buf, pos
+        chunk = f.read(_CHUNK)
+        buf, pos = buf[pos:] + chunk, 0
+        return bool(chunk)
+
+    while True:
+        while True:  # the next non-space character
+            while pos < len(buf) and buf[pos].isspace():
+                pos += 1
+            if pos < len(buf) or not more():
+                break
+        if pos >= len(buf):
+            raise ShardValueError(f"{str(p)!r} is not valid JSON (truncated?): no closing ]")
+        if buf[pos] == "]" and not done:
+            pos += 1
+            break
+        while True:
+            try:
+                obj, end = decoder.raw_decode(buf, pos)
+            except RecursionError:
+                raise ShardValueError(
+                    f"{str(p)!r} is nested too deeply to be a split statistics export "
+                    "(a JSON list of row objects)"
+                ) from None
+            except ValueError as exc:
+                if len(buf) - pos > MAX_ROW_CHARS:
+                    raise ShardValueError(
+                        f"{str(p)!r}: a row of more than {MAX_ROW_CHARS:,} characters, or not "
+                        f"valid JSON: {exc}"
+                    ) from None
+                if more():
+                    continue
+                raise ShardValueError(f"{str(p)!r} is not valid JSON (truncated?): {exc}") from None
+            break
+        yield obj
+        pos, done = end, True
+        while True:  # "," or "]"
+            while pos < len(buf) and buf[pos].isspace():
+                pos += 1
+            if pos < len(buf) or not more():
+                break
+        if pos < len(buf) and buf[pos] == ",":
+            pos += 1
+            done = False
+            continue
+        if pos < len(buf) and buf[pos] == "]":
+            pos += 1
+            break
+        raise ShardValueError(f"{str(p)!r} is not valid JSON (truncated?): expected , or ]")
+    rest = buf[pos:] + f.read(_CHUNK)
+    if rest.strip():
+        raise ShardValueError(f"{str(p)!r} is not valid JSON: text after the list")
+
+
+def _json_whole(p: Path, text: str) -> Iterator[Any]:
+    try:
+        data = json.loads(text)
+    except RecursionError:
+        raise ShardValueError(
+            f"{str(p)!r} is nested too deeply to be a split statistics export "
+            "(a JSON list of row objects)"
+        ) from None
+    except ValueError as exc:
+        raise ShardValueError(f"{str(p)!r} is not valid JSON (truncated?): {exc}") from None
+    if isinstance(data, dict):
+        data = data.get("rows", data.get("results", [data]))
+    if not isinstance(data, list):
+        raise ShardValueError(f"{str(p)!r}: expected a JSON list of rows")
+    yield from data
 
 
 def _is_emulator(engine: Any) -> bool:
@@ -183,8 +272,8 @@ def _is_emulator(engine: Any) -> bool:
     return "emulator" in str(getattr(engine, "url", "")).lower()
 
 
-def rows_from_engine(engine: Any, window: str, since: dt.datetime) -> list[dict[str, Any]]:
-    """Read the split statistics view of ``window`` from a Spanner engine."""
+def rows_from_engine(engine: Any, window: str, since: dt.datetime) -> Iterator[dict[str, Any]]:
+    """Read the split statistics view of ``window`` from a Spanner engine, as a stream."""
     from sqlalchemy import text
 
     from sharded_orm.spanner import is_spanner
@@ -193,10 +282,11 @@ def rows_from_engine(engine: Any, window: str, since: dt.datetime) -> list[dict[
         name = getattr(getattr(engine, "dialect", None), "name", type(engine).__name__)
         raise StatisticsUnavailableError(
             f"doctor reads Spanner's split statistics, but this engine is {name!r} "
-            f"({getattr(engine, 'url', '?')!s}): give an engine on Spanner "
+            f"({render_url(getattr(engine, 'url', '?'))}): give an engine on Spanner "
             "(spanner+spanner:///projects/P/instances/I/databases/D) or exported rows"
         )
     emulator = _is_emulator(engine)
+    count = 0
     try:
         with engine.connect() as conn:
             try:
@@ -206,7 +296,11 @@ def rows_from_engine(engine: Any, window: str, since: dt.datetime) -> list[dict[
                     raise
                 conn.rollback()  # an instance from before the column: read without it
                 result = conn.execute(text(query_for(window, reasons=False)), {"since": since})
-            rows = [dict(r._mapping) for r in result]
+            for r in result:  # streamed: one row at a time
+                count += 1
+                yield dict(r._mapping)
+    except ShardingError:
+        raise
     except Exception as exc:
         if emulator:
             raise StatisticsUnavailableError(EMULATOR_MESSAGE) from exc
@@ -214,13 +308,13 @@ def rows_from_engine(engine: Any, window: str, since: dt.datetime) -> list[dict[
             f"cannot read {VIEWS[window]}: {exc}. The split statistics need a real Spanner "
             "database and the spanner.databases.select permission"
         ) from exc
-    if not rows and emulator:
+    if not count and emulator:
         raise StatisticsUnavailableError(EMULATOR_MESSAGE)
-    return rows
 
 
-def load_rows(source: Any, window: str, since: dt.datetime | None) -> list[SplitRow]:
-    """Split rows from an engine, a file path, or an iterable of dicts, from ``since`` on."""
+def load_rows(source: Any, window: str, since: dt.datetime | None) -> Iterator[SplitRow]:
+    """Split rows from an engine, a file path, or an iterable of dicts, from ``since`` on:
+    checked now, read as they are consumed (``diagnose`` reads them once)."""
     if window not in VIEWS:
         raise ShardConfigError(f"window must be one of {', '.join(VIEWS)}, got {window!r}")
     if hasattr(source, "dialect") and hasattr(source, "connect"):
@@ -230,9 +324,10 @@ def load_rows(source: Any, window: str, since: dt.datetime | None) -> list[Split
         text = str(source)
         if "://" in text:
             raise StatisticsUnavailableError(
-                f"{text!r} is a URL: doctor takes an Engine (sqlalchemy.create_engine(url)) "
+                f"{shown(text)} is a URL: doctor takes an Engine (sqlalchemy.create_engine(url)) "
                 "or, on the command line, a spanner+spanner:// URL"
             )
+        _checked(source)
         raw = rows_from_file(source)
     elif isinstance(source, Iterable) and not isinstance(source, Mapping):
         raw = source
@@ -242,7 +337,11 @@ def load_rows(source: Any, window: str, since: dt.datetime | None) -> list[Split
             f"statistics columns, or a CSV/JSON file path; got {source!r}"
         )
     where = f"{str(source)!r} row" if isinstance(source, (str, Path)) else "row"
-    rows = [split_row(r, f"{where} {i + 1}") for i, r in enumerate(raw)]
-    if since is not None:
-        rows = [r for r in rows if r.interval_end >= since]
-    return rows
+    return _split_rows(raw, where, since)
+
+
+def _split_rows(raw: Iterable[Any], where: str, since: dt.datetime | None) -> Iterator[SplitRow]:
+    for i, r in enumerate(raw):
+        row = split_row(r, f"{where} {i + 1}")
+        if since is None or row.interval_end >= since:
+            yield row

@@ -13,6 +13,7 @@ from sharded_orm.errors import ShardConfigError, ShardTypeError
 from sharded_orm.progress import Mode
 from sharded_orm.schema.columns import table_of
 from sharded_orm.tools.simulate.instance import Instance, spaces_of
+from sharded_orm.tools.simulate.limits import check_ticks
 from sharded_orm.tools.simulate.results import Comparison
 from sharded_orm.tools.simulate.run import Run, key_columns, rows_at
 from sharded_orm.tools.simulate.workload import RowMaker, Workload
@@ -86,6 +87,7 @@ def simulate(
     instance = Instance() if instance is None else instance
     if not isinstance(instance, Instance):
         raise ShardTypeError(f"instance must be an Instance, got {instance!r}")
+    check_ticks(workload, instance)
     items = _schema_items(schemas)
     if heatmap is not None:
         from sharded_orm.tools.simulate.heatmap import require_matplotlib

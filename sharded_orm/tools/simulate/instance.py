@@ -32,10 +32,12 @@ from typing import Any
 from sqlalchemy import Column, Index, Table
 from sqlalchemy import types as sqltypes
 
+from sharded_orm.checks import check_seconds
 from sharded_orm.errors import ShardConfigError, ShardTypeError
 from sharded_orm.schema.coerce import base_type
 from sharded_orm.schema.keys import is_descending
 from sharded_orm.tools.lint import index_parts
+from sharded_orm.tools.simulate.limits import MAX_BUCKETS, MAX_NODES, MAX_SPLITS
 from sharded_orm.tools.simulate.workload import UTC, check_number
 
 GIB = 1 << 30
@@ -70,13 +72,36 @@ class Instance:
         if self.nodes < 1:
             raise ShardConfigError(f"an instance needs at least 1 node, got nodes={self.nodes}")
         check_number("node_capacity", self.node_capacity)
-        check_number("tick", self.tick)
+        if isinstance(self.tick, bool) or not isinstance(self.tick, (int, float)):
+            raise ShardTypeError(f"tick must be a number of seconds, got {self.tick!r}")
+        check_seconds(self.tick, "tick")  # the library's one rule for durations
         check_number("initial_splits_per_node", self.initial_splits_per_node, integer=True)
         check_number("load_split_threshold", self.load_split_threshold)
         check_number("load_split_after", self.load_split_after, minimum=-1.0)
+        if self.load_split_after:
+            check_seconds(self.load_split_after, "load_split_after")
         check_number("split_size_bytes", self.split_size_bytes, integer=True)
         check_number("row_bytes", self.row_bytes, integer=True)
         check_number("heatmap_buckets", self.heatmap_buckets, integer=True)
+        for what, value, most in (
+            ("nodes", self.nodes, MAX_NODES),
+            ("nodes x initial_splits_per_node", self.nodes * self.initial_splits_per_node,
+             MAX_SPLITS),
+            ("heatmap_buckets", self.heatmap_buckets, MAX_BUCKETS),
+        ):  # fmt: skip
+            if value > most:
+                raise ShardConfigError(
+                    f"{what}={value:,} is more than the simulator models ({most:,})"
+                )
+        if self.node_capacity < 1:
+            raise ShardConfigError(
+                f"node_capacity must be at least 1 write/s, got {self.node_capacity!r}"
+            )
+        if self.row_bytes > self.split_size_bytes:
+            raise ShardConfigError(
+                f"row_bytes={self.row_bytes:,} is more than split_size_bytes="
+                f"{self.split_size_bytes:,}: every split would be cut at every tick"
+            )
 
 
 # --------------------------------------------------------------------------- keys

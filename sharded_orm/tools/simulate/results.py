@@ -153,7 +153,8 @@ class Comparison:
         raise KeyError(name)
 
     def summary(self, *, heat: bool = True) -> str:
-        """A terminal table (and a small text heatmap per schema)."""
+        """A terminal table, what its columns mean, and a text heatmap per schema, every
+        heatmap on ONE scale (the same character is the same load in each)."""
         w, inst = self.workload, self.instance
         lines = [
             f"workload: {w.rows_per_second:g} rows/s for {w.duration:g} s ({w.rows} rows), "
@@ -168,11 +169,19 @@ class Comparison:
                 f"{r.imbalance:>9.2f} {r.peak_node_rate:>13.0f} "
                 f"{r.overloaded_seconds:>9.0f}s {r.splits:>6}"
             )
+        lines.extend(COLUMNS_EXPLAINED)
         if heat:
+            peak = max((heat_peak(r) for r in self.results), default=0.0)
+            lines.append("")
+            lines.append(
+                f"heatmaps: writes/s per key range, rows = key ranges (tables, then indexes), "
+                f"columns = time; one scale for every schema: {SHADES[1]!r} is up to "
+                f"{peak / 9:,.0f}, {SHADES[-1]!r} {peak:,.0f}"
+            )
             for r in self.results:
                 lines.append("")
                 lines.append(f"{r.name}: writes by key range (rows) over time (columns)")
-                lines.extend(text_heatmap(r))
+                lines.extend(text_heatmap(r, peak=peak))
         return "\n".join(lines)
 
     def as_dict(self) -> dict[str, Any]:
@@ -191,25 +200,64 @@ class Comparison:
         return save_heatmap(self, path)
 
 
-_SHADES = " .:-=+*#%@"
+SHADES = " .:-=+*#%@"
+
+#: what the summary's columns mean (printed under the table)
+COLUMNS_EXPLAINED = (
+    "  writes: every write the rows cost, one per row into the table plus one per row into "
+    "each index (an index is a table of its own on Spanner): table_writes + index_writes",
+    "  hottest split: the busiest split's share of those writes, averaged over ticks; "
+    "imbalance: busiest node / mean node (1.00 is even)",
+    "  peak node w/s: the busiest node's writes per second at its worst tick; overloaded: "
+    "seconds it was above the node capacity; splits: splits at the end",
+)
 
 
-def text_heatmap(result: SimulationResult, width: int = 60, height: int = 16) -> list[str]:
-    """A coarse text rendering of the heatmap: darker = more writes."""
-    if not result.heatmap:
-        return []
+def _cells(result: SimulationResult, width: int, height: int) -> list[list[float]]:
+    """The heatmap averaged into ``height`` x ``width`` cells, in writes/s per key range
+    (each cell the mean over its key ranges and ticks, so panels with more key ranges, a
+    table and its indexes, are not brighter for it)."""
     nb = len(result.heatmap[0])
     nt = len(result.heatmap)
     cols = min(width, nt)
     rows = min(height, nb)
-    grid = [[0] * cols for _ in range(rows)]
+    total = [[0.0] * cols for _ in range(rows)]
+    count = [[0] * cols for _ in range(rows)]
     for t, row in enumerate(result.heatmap):
         c = t * cols // nt
         for b, v in enumerate(row):
-            grid[b * rows // nb][c] += v
-    peak = max(max(r) for r in grid) or 1
+            total[b * rows // nb][c] += v
+            count[b * rows // nb][c] += 1
+    tick = result.tick or 1.0
+    return [
+        [v / n / tick if n else 0.0 for v, n in zip(tr, cr, strict=True)]
+        for tr, cr in zip(total, count, strict=True)
+    ]
+
+
+def heat_peak(result: SimulationResult, width: int = 60, height: int = 16) -> float:
+    """The brightest cell of ``text_heatmap(result)`` in writes/s per key range."""
+    if not result.heatmap or not result.heatmap[0]:
+        return 0.0
+    return max(max(r) for r in _cells(result, width, height))
+
+
+def text_heatmap(
+    result: SimulationResult, width: int = 60, height: int = 16, *, peak: float | None = None
+) -> list[str]:
+    """A coarse text rendering of the heatmap: darker = more writes/s per key range.
+
+    ``peak``: the load drawn as the darkest character; give the same one to every schema
+    compared (``Comparison.summary`` does) so that panels share one scale. Default: this
+    panel's own brightest cell.
+    """
+    if not result.heatmap or not result.heatmap[0]:
+        return []
+    grid = _cells(result, width, height)
+    top = peak if peak is not None else max(max(r) for r in grid)
+    top = top or 1.0
     out = []
     for r in reversed(grid):
-        line = "".join(_SHADES[min(9, math.ceil(9 * v / peak))] for v in r)
+        line = "".join(SHADES[min(9, math.ceil(9 * v / top))] for v in r)
         out.append(f"  |{line}|")
     return out

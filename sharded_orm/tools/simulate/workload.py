@@ -22,6 +22,7 @@ from sqlalchemy import Column, Identity, Table
 from sqlalchemy import Sequence as SASequence
 from sqlalchemy import types as sqltypes
 
+from sharded_orm.checks import MAX_SECONDS, is_seconds
 from sharded_orm.errors import ShardConfigError, ShardTypeError
 from sharded_orm.schema.coerce import base_type
 from sharded_orm.schema.columns import ShardColumn, shard_columns
@@ -44,8 +45,14 @@ MAX_SORTED_ROWS = 3_000_000
 MAX_ROWS = 50_000_000
 #: tenants a workload may name (each has a weight and its own values)
 MAX_TENANTS = 1_000_000
-#: the longest history or duration, in seconds (100 years: timestamps stay representable)
-MAX_SECONDS = 100 * 365 * 86400
+#: the shortest duration or history, in seconds: the simulator's clock counts microseconds
+#: (the longest: checks.MAX_SECONDS, the library's one rule for durations)
+MIN_SECONDS = 1e-6
+#: the fastest write rate, rows/s: more than a thousand nodes' worth (3,500 writes/s each)
+MAX_RATE = 10_000_000.0
+#: the largest Zipf exponent: at 10 the first tenant writes 99.9 % of the rows already,
+#: and 10 ** zipf stays a float for every tenant count
+MAX_ZIPF = 10.0
 UTC = dt.timezone.utc
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=UTC)
 ONE_US = dt.timedelta(microseconds=1)
@@ -61,6 +68,18 @@ def check_number(name: str, value: object, *, integer: bool = False, minimum: fl
     number = float(value)  # type: ignore[arg-type]
     if not math.isfinite(number) or number <= minimum:
         raise ShardConfigError(f"{name} must be > {minimum:g}, got {value!r}")
+
+
+def _check_seconds(name: str, value: object, none: str = "") -> None:
+    """A duration of the simulation: the library's rule (checks.check_seconds: a number
+    above 0 and below ``MAX_SECONDS``), and at least ``MIN_SECONDS``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ShardTypeError(f"{name} must be a number of seconds, got {value!r}")
+    if not is_seconds(value) or value < MIN_SECONDS:
+        raise ShardConfigError(
+            f"{name} must be from {MIN_SECONDS:g} to {MAX_SECONDS:g} seconds"
+            f"{f' (or {none})' if none else ''}, got {value!r}"
+        )
 
 
 @dataclass(frozen=True)
@@ -96,13 +115,21 @@ class Workload:
 
     def __post_init__(self) -> None:
         check_number("rows_per_second", self.rows_per_second)
-        check_number("duration", self.duration)
+        if self.rows_per_second > MAX_RATE:
+            raise ShardConfigError(
+                f"rows_per_second={self.rows_per_second:g} is more than the simulator models "
+                f"({MAX_RATE:,.0f}/s, beyond any instance): simulate a part of the traffic"
+            )
+        _check_seconds("duration", self.duration)
         check_number("tenants", self.tenants, integer=True)
         check_number("users_per_tenant", self.users_per_tenant, integer=True)
         if isinstance(self.zipf, bool) or not isinstance(self.zipf, (int, float)):
             raise ShardTypeError(f"zipf must be a number, got {self.zipf!r}")
-        if not math.isfinite(self.zipf) or self.zipf < 0:
-            raise ShardConfigError(f"zipf must be >= 0 (0: no skew), got {self.zipf!r}")
+        if not 0 <= self.zipf <= MAX_ZIPF:  # NaN fails too
+            raise ShardConfigError(
+                f"zipf must be from 0 (no skew) to {MAX_ZIPF:g} (the first tenant writes "
+                f"99.9 % of the rows), got {self.zipf!r}; tenant_weights gives any split"
+            )
         if self.tenant_weights is not None:
             weights = tuple(self.tenant_weights)
             object.__setattr__(self, "tenant_weights", weights)
@@ -127,14 +154,8 @@ class Workload:
         if self.history is not None:
             if isinstance(self.history, bool) or not isinstance(self.history, (int, float)):
                 raise ShardTypeError(f"history must be a number of seconds, got {self.history!r}")
-            if not math.isfinite(self.history) or self.history < 0:
-                raise ShardConfigError(f"history must be >= 0 seconds, got {self.history!r}")
-        for what, seconds in (("duration", self.duration), ("history", self.history or 0)):
-            if seconds > MAX_SECONDS:
-                raise ShardConfigError(
-                    f"{what}={seconds:g} seconds is more than 100 years ({MAX_SECONDS:g} s): "
-                    "give seconds, e.g. 3600 for an hour"
-                )
+            if self.history != 0:
+                _check_seconds("history", self.history, none="0 for none")
         rows = self.rows
         if rows < 1:
             raise ShardConfigError(
@@ -155,6 +176,15 @@ class Workload:
                 )
         if not isinstance(self.start, dt.datetime) or self.start.utcoffset() is None:
             raise ShardTypeError(f"start must be a timezone-aware datetime, got {self.start!r}")
+        try:
+            self.start - dt.timedelta(seconds=self.history_seconds)
+            self.start + dt.timedelta(seconds=self.duration)
+        except OverflowError:
+            raise ShardConfigError(
+                f"start={self.start.isoformat()} with {self.history_seconds:g} s of history "
+                f"and {self.duration:g} s of traffic leaves the datetime range: start later "
+                "or earlier"
+            ) from None
 
     @property
     def rows(self) -> int:

@@ -1,0 +1,207 @@
+"""The DB-API connection and cursor our dialect opens: google-cloud-spanner's, subclassed.
+
+**Replays of an aborted transaction run under the deadline of the call that set them
+off.** When Spanner aborts a read-write transaction, the DB-API replays its statements
+in a new one (``TransactionRetryHelper.retry_transaction``): on cursors it opens with
+``connection.cursor()``, outside the statement's :class:`~.deadlines.DeadlineCursor`, so
+with ``timeout=4`` and a server silent during the replay the call was still running at
+45 s. Here ``ShardedConnection.cursor()`` opens :class:`ShardedCursor` under the
+deadline of the call under way (a statement's ``timeout``; for an abort at commit, the
+commit's ``commit_timeout``, whose wait raises ``CommitTimeout`` first), and the
+connection's retry helper turns a replay that runs out of that time into
+:class:`ReplayTimeout`: the transaction was aborted, nothing of it is committed, and it
+can be run again. The rollback after it sends nothing to a server that did not answer
+(Spanner aborted the transaction; the replay's own one expires there). A replay aborted
+again waits at most an eighth of the time left (the DB-API waits ``2**n`` s when the
+server gives no retry delay). ``timeout=None`` keeps the DB-API's own behaviour.
+
+**The statement classification is memoised** (:mod:`.statements`): the cursor's
+``_execute`` is the DB-API's own code, run with its ``parse_utils`` seen through
+:class:`~.statements.ParseUtilsView`, whose ``classify_statement`` answers from
+:data:`STATEMENTS` (``tests/test_statement_memo.py``).
+
+``tests/test_replay_deadlines.py`` shows the replays on the emulator through
+``FaultProxy``, and trips when upstream changes the replay hooks relied on here.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+from google.cloud.spanner_dbapi import connect as _stock_connect
+from google.cloud.spanner_dbapi.connection import Connection
+from google.cloud.spanner_dbapi.cursor import Cursor
+from google.cloud.spanner_dbapi.exceptions import InterfaceError, RetryAborted
+from google.cloud.spanner_dbapi.transaction_helper import TransactionRetryHelper
+
+from sharded_orm.spanner.deadlines import TIMEOUT_OPTION, DeadlineCursor, StatementDeadline
+from sharded_orm.spanner.statements import ParseUtilsView, StatementMemo, run_with_names
+
+#: The longest wait between two replays of a transaction aborted again (and at most an
+#: eighth of the time left).
+REPLAY_DELAY = 2.0
+
+#: One memo of statement classifications for the process (texts repeat across engines).
+STATEMENTS = StatementMemo()
+
+
+class ReplayTimeout(RetryAborted):  # type: ignore[misc]
+    """Spanner aborted the transaction, and replaying it did not finish within the
+    deadline of the call: nothing of the transaction is committed; run it again."""
+
+
+class _ReplayWithinDeadline(TransactionRetryHelper):  # type: ignore[misc]
+    def __init__(self, connection: ShardedConnection) -> None:
+        super().__init__(connection)
+        self.sharded = connection
+
+    def retry_transaction(self, default_retry_delay: float | None = None) -> None:
+        deadline = self.sharded.deadline
+        if deadline is None:
+            super().retry_transaction(default_retry_delay)
+            return
+        if default_retry_delay is None:
+            default_retry_delay = min(REPLAY_DELAY, deadline.left / 8)
+        try:
+            super().retry_transaction(default_retry_delay)
+        except Exception as exc:
+            if not deadline.given_up:
+                raise
+            self.sharded.replay_gave_up = True
+            cause = getattr(exc, "args", ())[1:2] or (exc,)
+            why = getattr(cause[0], "message", None) or cause[0]
+            raise ReplayTimeout(
+                "the transaction was aborted by Spanner (a concurrent transaction, or the "
+                "server ended it), and replaying its statements did not finish within "
+                f"{deadline.what} of {deadline.seconds:g} s: {why}. Nothing of it is "
+                "committed: roll back and run the transaction again (it can be retried); "
+                f"raise execution_options({TIMEOUT_OPTION}=<seconds>) (or commit_timeout "
+                "for a commit) if it needs longer."
+            ) from exc
+
+
+class ShardedConnection(Connection):  # type: ignore[misc]
+    """The Spanner DB-API connection, whose replays of an aborted transaction keep the
+    deadline of the call that set them off."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._transaction_helper = _ReplayWithinDeadline(self)
+        #: the deadline of the statement or commit under way (None: none of ours)
+        self.deadline: StatementDeadline | None = None
+        #: a replay ran out of time: the transaction is over on the server's side
+        self.replay_gave_up = False
+
+    def cursor(self) -> ShardedCursor:
+        """A cursor under the deadline of the call under way (the DB-API's replay opens
+        its cursors here)."""
+        if self.is_closed:
+            raise InterfaceError("Connection is already closed")
+        return ShardedCursor(self, self.deadline)
+
+    def _forget_given_up(self) -> None:
+        # the original transaction was aborted by Spanner, the replay's never answered:
+        # nothing to roll back that a silent server would answer
+        if self.replay_gave_up:
+            self.replay_gave_up = False
+            self._spanner_transaction_started = False
+
+    def rollback(self) -> None:
+        self._forget_given_up()
+        super().rollback()
+
+    def close(self) -> None:
+        self._forget_given_up()
+        super().close()
+
+
+class ShardedCursor(DeadlineCursor):
+    """A :class:`DeadlineCursor` whose calls lend their deadline to the replays they set
+    off, and whose statement classification is memoised."""
+
+    _execute = run_with_names(Cursor._execute, parse_utils=ParseUtilsView(STATEMENTS))
+
+    def __init__(self, connection: Any, seconds: float | StatementDeadline | None) -> None:
+        super().__init__(connection, seconds)
+        self.driver = connection
+
+    def _lend(self) -> StatementDeadline | None:
+        driver = self.driver
+        previous: StatementDeadline | None = driver.deadline
+        driver.deadline = self.deadline
+        return previous
+
+    def execute(self, sql: Any, args: Any = None) -> Any:
+        previous = self._lend()
+        try:
+            return super().execute(sql, args)
+        finally:
+            self.driver.deadline = previous
+
+    def executemany(self, operation: Any, seq_of_params: Any) -> Any:
+        previous = self._lend()
+        try:
+            return super().executemany(operation, seq_of_params)
+        finally:
+            self.driver.deadline = previous
+
+    def fetchone(self) -> Any:
+        previous = self._lend()
+        try:
+            return super().fetchone()
+        finally:
+            self.driver.deadline = previous
+
+    def fetchmany(self, size: int | None = None) -> Any:
+        previous = self._lend()
+        try:
+            return super().fetchmany(size)
+        finally:
+            self.driver.deadline = previous
+
+    def fetchall(self) -> Any:
+        previous = self._lend()
+        try:
+            return super().fetchall()
+        finally:
+            self.driver.deadline = previous
+
+
+#: How much longer than the commit's own wait a replay at commit may run: the caller's
+#: wait ends first, always with ``CommitTimeout`` (its outcome unknown, the connection
+#: discarded), and the replay in the commit's thread ends just after.
+COMMIT_REPLAY_GRACE = 0.5
+
+
+def commit_deadline(driver: Any, seconds: float | None) -> None:
+    """The replays of the commit about to run on ``driver`` end within ``seconds`` (and
+    :data:`COMMIT_REPLAY_GRACE`; None: the commit is over, or has no deadline)."""
+    if isinstance(driver, ShardedConnection):
+        driver.deadline = (
+            None
+            if seconds is None
+            else StatementDeadline(seconds + COMMIT_REPLAY_GRACE, "commit_timeout")
+        )
+
+
+#: ``connect()``'s own parameters; the rest are the connection's (``read_only``, ...)
+_CONNECT_PARAMETERS = frozenset(inspect.signature(_stock_connect).parameters) - {"kwargs"}
+
+
+def connect(*cargs: Any, **cparams: Any) -> ShardedConnection:
+    """The DB-API's ``connect()``, giving a :class:`ShardedConnection`: the client,
+    instance and database are made by the DB-API's own ``connect``, the connection
+    from them as it makes its own."""
+    stock = _stock_connect(*cargs, **cparams)
+    variables = {k: v for k, v in cparams.items() if k not in _CONNECT_PARAMETERS}
+    conn = ShardedConnection(
+        stock.instance,
+        stock.database,
+        data_boost_enabled=stock.data_boost_enabled,
+        auto_partition_mode=stock.auto_partition_mode,
+        **variables,
+    )
+    if cparams.get("pool") is not None:
+        conn._own_pool = False  # the caller's pool: closing the connection keeps it
+    return conn

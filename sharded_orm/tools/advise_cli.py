@@ -1,0 +1,141 @@
+"""``sharded-orm advise``: the shard count a table needs, from a sample of its data (kept apart
+from :mod:`.commands`: one line adds it to the subcommands)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from sharded_orm.errors import ShardingError
+from sharded_orm.tools.contract import (
+    EXIT_FINDINGS,
+    EXIT_OK,
+    Formatter,
+    emit,
+    envelope,
+    output_args,
+)
+from sharded_orm.tools.targets import TARGET_HELP, load_target
+
+
+def _counts(text: str) -> list[int]:
+    try:
+        counts = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ShardingError(
+            f"--candidates takes counts separated by commas, got {text!r}"
+        ) from None
+    if not counts:
+        raise ShardingError("--candidates needs at least one count")
+    return counts
+
+
+def _sample(args: argparse.Namespace) -> Any:
+    given = [x for x in (args.csv, args.url, args.rows_per_second and args.duration) if x]
+    if args.csv and args.url:
+        raise ShardingError("give one sample: --csv FILE, --url URL, or a workload")
+    if args.csv:
+        return args.csv
+    if args.url:
+        from sharded_orm.tools.database import create_engine
+
+        return create_engine(args.url)
+    if not given:
+        raise ShardingError(
+            "give a sample: --csv FILE (the table's rows), --url URL (read them from the "
+            "database), or a workload (--rows-per-second and --duration, as simulate takes)"
+        )
+    from sharded_orm.tools.simulate import Workload
+
+    weights = None
+    if args.tenant_weights:
+        try:
+            weights = tuple(float(x) for x in args.tenant_weights.split(","))
+        except ValueError:
+            raise ShardingError(
+                f"--tenant-weights takes numbers separated by commas, got {args.tenant_weights!r}"
+            ) from None
+    tenants = args.tenants if args.tenants is not None else len(weights or (1,))
+    return Workload(
+        rows_per_second=args.rows_per_second, duration=args.duration, tenants=tenants,
+        zipf=args.zipf, tenant_weights=weights, seed=args.seed,
+    )  # fmt: skip
+
+
+def cmd_advise(args: argparse.Namespace) -> int:
+    from sharded_orm.tools.advise import CANDIDATES, advise
+    from sharded_orm.tools.simulate import Instance
+
+    if args.plot:
+        from sharded_orm.tools.simulate.heatmap import check_output_path, require_matplotlib
+
+        require_matplotlib()
+        check_output_path(args.plot)
+    model = load_target(args.target)
+    instance = Instance(nodes=args.nodes, node_capacity=args.node_capacity, tick=args.tick)
+    advice = advise(
+        model, _sample(args), column=args.column,
+        candidates=_counts(args.candidates) if args.candidates else CANDIDATES,
+        instance=instance, target=args.target_writes, k=args.k, page_size=args.page_size,
+        pages=args.pages, rows_per_second=args.sample_rate,
+    )  # fmt: skip
+    if args.plot:
+        advice.plot(args.plot)
+    data = advice.as_dict()
+    curve = data.pop("curve")
+    emit(args, lambda: envelope("advise", data, results=curve), advice.table)
+    if args.plot and args.format != "json":
+        print(f"curve: {args.plot}")
+    return EXIT_OK if advice.count is not None else EXIT_FINDINGS
+
+
+def add_advise(sub: Any) -> None:
+    p = sub.add_parser(
+        "advise",
+        help="pick a shard count from a sample of the data, with its read cost "
+        "(exit 1 when no candidate meets the write target)",
+        description="For each candidate shard count: the busiest split's writes/s (the "
+        "instance model simulate uses) against a target, and what the newest-k read and a "
+        "page walk cost at that count (the merge's own statements and index entries, run "
+        "on the sample). Recommends the count that meets the target with the least read "
+        "cost. Exit 1 when none does.",
+        formatter_class=Formatter,
+    )
+    p.add_argument("target", help=TARGET_HELP + " (the model whose shard column is sized)")
+    p.add_argument(
+        "--column", default=None, help="the shard column to size (default: its only one)"
+    )
+    p.add_argument("--csv", default=None, metavar="FILE", help="a sample: the table's rows as CSV")
+    p.add_argument("--url", default=None, help="a sample: the newest rows read from this database")
+    p.add_argument(
+        "--sample-rate",
+        type=float,
+        default=None,
+        metavar="ROWS_PER_S",
+        help="the write rate of a --csv/--url sample (default: its time span's)",
+    )
+    p.add_argument("--rows-per-second", type=float, default=None, help="a workload sample: rows/s")
+    p.add_argument("--duration", type=float, default=None, help="a workload sample: seconds")
+    p.add_argument("--tenants", type=int, default=None, help="a workload sample: tenants")
+    p.add_argument("--zipf", type=float, default=0.0, help="a workload sample: tenant skew")
+    p.add_argument(
+        "--tenant-weights", default=None, help="a workload sample: weights, e.g. 100,1,1"
+    )
+    p.add_argument("--seed", type=int, default=0, help="a workload sample: random seed")
+    p.add_argument(
+        "--candidates", default=None, help="counts to try, e.g. 8,16,32 (default: 1 to 256)"
+    )
+    p.add_argument("--target-writes", type=float, default=None, metavar="WRITES_PER_S",
+                   help="writes/s a split may take (default: the instance's load-split "
+                   "threshold x node capacity, where a split turns warm)")  # fmt: skip
+    p.add_argument("--k", type=int, default=100, help="the newest-k read's k")
+    p.add_argument("--page-size", type=int, default=50, help="the page walk's page size")
+    p.add_argument("--pages", type=int, default=3, help="pages walked")
+    p.add_argument("--nodes", type=int, default=3, help="nodes of the modelled instance")
+    p.add_argument("--node-capacity", type=float, default=3500.0, help="writes/s per node")
+    p.add_argument("--tick", type=float, default=10.0, help="seconds per time step of the model")
+    p.add_argument("--plot", default=None, metavar="PNG",
+                   help="also draw the curve into this PNG (needs matplotlib: "
+                   "pip install 'sharded-orm[heatmap]')")  # fmt: skip
+    output_args(p)
+    p.set_defaults(func=cmd_advise)
