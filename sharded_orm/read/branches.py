@@ -33,6 +33,7 @@ from sharded_orm.read.order import (
     tables_of,
     without_options,
 )
+from sharded_orm.read.shapes import check_shape
 
 
 @dataclass(frozen=True)
@@ -159,15 +160,7 @@ class MergeQuery:
                 f"merged()/page() read through a Connection or Session (or their async "
                 f"forms, awaited), got {conn!r}"
             )
-        for what, present in (
-            ("GROUP BY", bool(stmt._group_by_clauses)),
-            ("HAVING", bool(stmt._having_criteria)),
-        ):
-            if present:
-                raise ShardConfigError(
-                    f"merged()/page() cannot merge a statement with {what}: a group can hold "
-                    "rows of several shards. Run it as one query (the statement itself)."
-                )
+        check_shape(stmt)  # the allowlist: before anything else is read of it
         self.conn = conn
         self.dialect = conn.get_bind().dialect if isinstance(conn, Session) else conn.dialect
         # the FROMs of the branches (compiling the statement to find them costs about a
@@ -200,8 +193,13 @@ class MergeQuery:
         # every token of the text costs the Spanner DB-API's parse
         by_key = {id(c): lbl for (c, _), lbl in zip(self.columns, self.key_labels, strict=True)}
         self.pk_labels = [by_key.get(id(c), c.label(f"so_p{i}")) for i, c in enumerate(self.pk)]
-        # loader options belong to the rows' statement, not to key-only branches
+        # loader options belong to the rows' statement, not to key-only branches; the
+        # other options (loader criteria: what the WHERE selects) to every statement,
+        # where the ORM applies them to each statement's branches too
         self.bare = without_options(self.stmt)
+        self.criteria = [
+            o for o in stmt._with_options if not getattr(o, "_is_strategy_option", False)
+        ]
         self.correlated = correlated_ok(self.dialect, froms)
         self.bare_var = self.bare.for_shard_named(SHARD_VAR)
         #: pages set this: the same statement shapes with and without a cursor or bound
@@ -352,6 +350,8 @@ class MergeQuery:
         keys = [u.c[lbl.name] for lbl in self.key_labels]
         shard = literal_column(SHARD_VAR) if self.correlated else u.c.so_s
         q = select(*keys, shard).order_by(*self._order(keys)).limit(want)
+        if self.criteria:
+            q = q.options(*self.criteria)
         # all(): one DB-API fetchall, not a fetchone (and its retry bookkeeping) per row
         rows: list[Any] = self._execute(q).all()
         stats.statements += 1
