@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import Enum, TypeDecorator
+from sqlalchemy import Enum
 
 from sharded_orm.checks import check_seconds
 from sharded_orm.errors import ShardingError
@@ -275,11 +275,11 @@ def value_fits(col: Any, value: Any) -> bool:
     order, edited by someone holding the secret, binds none that is not)."""
     if value is None:
         return True
-    t = col.type.impl_instance if isinstance(col.type, TypeDecorator) else col.type
+    t = col.type
     if isinstance(value, EnumName):
-        return isinstance(t, Enum)
+        return isinstance(t, Enum) or isinstance(getattr(t, "impl_instance", None), Enum)
     try:
-        want = t.python_type
+        want = t.python_type  # (a TypeDecorator's, e.g. Interval's: timedelta)
     except NotImplementedError:  # a type that does not say: the database will
         return True
     if want in (int, float, Decimal) and isinstance(value, bool):
@@ -288,8 +288,9 @@ def value_fits(col: Any, value: Any) -> bool:
         return isinstance(value, (float, int))
     if want is Decimal:
         return isinstance(value, (Decimal, int, float))
-    if isinstance(want, type) and issubclass(want, enum.Enum):
-        return isinstance(value, want)
+    if isinstance(want, type) and issubclass(want, (enum.Enum, bytes, uuid.UUID)):
+        # (a key the bound round read raw: the stored value, or text, is one too)
+        return isinstance(value, (want, str))
     return isinstance(value, want) if isinstance(want, type) else True
 
 

@@ -98,10 +98,16 @@ def final_froms(stmt: Any) -> list[Any]:
     table itself: once per statement shape. Not where a FROM is an alias or a subquery:
     two anonymous aliases of one table share a cache key.
     """
+    return froms_and_key(stmt)[0]
+
+
+def froms_and_key(stmt: Any) -> tuple[list[Any], Any]:
+    """``final_froms(stmt)`` and the cache key of ``stmt`` without its options (None for
+    a statement SQLAlchemy cannot cache): its bound parameters are the statement's."""
     bare = without_options(stmt)
     key = bare._generate_cache_key()
     if key is not None and (kept := _FROMS.get(key.key)) is not None:
-        return list(kept)
+        return list(kept), key
     finals = bare.get_final_froms()
     plan = plan_of(stmt)
     if plan is not None:
@@ -112,7 +118,7 @@ def final_froms(stmt: Any) -> list[Any]:
         if len(_FROMS) >= _FROMS_KEPT:
             _FROMS.clear()
         _FROMS[key.key] = froms
-    return list(froms)
+    return list(froms), key
 
 
 def _joined_keys(plan: ShardPlan, froms: Sequence[Any]) -> list[Any]:
