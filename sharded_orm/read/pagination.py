@@ -23,6 +23,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session
 
 from sharded_orm.checks import check_positive_int
+from sharded_orm.errors import ShardConfigError
 from sharded_orm.read.cursors import (
     CursorError,
     encode_cursor,
@@ -119,8 +120,8 @@ class Page:
 
 
 def _page(conn: Any, stmt: Any, page_size: int, cursor: str | None, timeout: float | None) -> Page:
-    if plan_of(stmt) is None:
-        raise CursorError("page() needs a statement made by sharded_select(...)")
+    if plan_of(stmt) is None:  # (a union of them too: run it as one query)
+        raise ShardConfigError("page() needs a statement made by sharded_select(...)")
     check_positive_int(page_size, "page_size")
     query = MergeQuery(conn, stmt, timeout)
     query.keyset = True
