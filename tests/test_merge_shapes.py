@@ -6,6 +6,7 @@ any statement runs or give the unsharded statement's answer, never another one. 
 the allowlist, ``count() OVER ()`` gave the count of a page's branches, ``min(ts)`` the
 minimum of theirs and ``lag(ts)`` NULL on a page's first row, silently on SQLite (a raw
 ProgrammingError on Spanner); ``ts DESC NULLS LAST`` and ORDER BY a label were refused.
+Loader criteria (a tenant filter) and unions are generated too.
 """
 
 from __future__ import annotations
@@ -19,7 +20,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from plans import PLANS, forced, walk
 from sqlalchemy import event
-from sqlalchemy.orm import DeclarativeBase, Mapped, Session, aliased, mapped_column
+from sqlalchemy.orm import (
+    DeclarativeBase,
+    Mapped,
+    Session,
+    aliased,
+    mapped_column,
+    with_loader_criteria,
+)
 
 from sharded_orm import ShardConfigError, ShardedIndex, merged, page, shard_column, sharded_select
 from sharded_orm.read.order import order_columns
@@ -165,6 +173,7 @@ def examples(max_rows: int) -> Any:
             "entity": st.booleans(),
             "distinct": st.booleans(),
             "union": st.sampled_from([False, False, False, True]),  # a set operation of it
+            "criteria": st.booleans(),  # with_loader_criteria: a tenant filter
             "k": st.integers(1, 12),
             "page": st.integers(1, 5),
         }
@@ -194,6 +203,9 @@ def build(ex: dict[str, Any]) -> tuple[Any, Any, bool]:
     ok = ok and accepted
     if ex["distinct"]:
         stmt, plain = stmt.distinct(), plain.distinct()
+    if ex.get("criteria"):
+        tenant = with_loader_criteria(m, m.tenant != 2)
+        stmt, plain = stmt.options(tenant), plain.options(tenant)
     if ex.get("union"):  # not a sharded_select any more: run it as one query
         stmt, ok = sa.union_all(stmt, stmt), False
     return stmt, plain, ok
