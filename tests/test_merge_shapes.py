@@ -99,7 +99,8 @@ COLUMNS: list[Column] = [
     ("lower(name)", True, lambda m: [sa.func.lower(m.name).label("ln")]),
     ("coalesce", True, lambda m: [sa.func.coalesce(m.ts, -1).label("c")]),
     ("case", True, lambda m: [sa.case((m.ts > 5, "late"), else_="early").label("k")]),
-    ("cast", True, lambda m: [sa.cast(m.tenant, sa.String).label("ct")]),
+    # (Float: the stock dialect casts to STRING(MAX), which Spanner refuses)
+    ("cast", True, lambda m: [sa.cast(m.tenant, sa.Float).label("ct")]),
     ("literal", True, lambda m: [sa.literal(7).label("seven")]),
     ("a label of ts", True, lambda m: [m.ts.label("t")]),
     ("correlated count (subquery)", True, lambda m: [_tag_count(m)]),
