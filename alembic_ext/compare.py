@@ -37,10 +37,16 @@ from sharded_orm.schema.columns import ShardColumn, ShardComputed, shard_columns
 from sharded_orm.spanner import is_spanner
 
 from . import reflection
-from .guards import check_key_and_parent, check_reshard, in_place_error
+from .guards import (
+    check_key_and_parent,
+    check_not_null_unindexed,
+    check_reshard,
+    in_place_error,
+)
 from .markers import find_marker, marker_clause, marker_for
 from .ops import (
     AddShardColumnOp,
+    CompleteShardOp,
     DropShardColumnOp,
     SpannerCreateIndexOp,
     SpannerDropIndexOp,
@@ -79,6 +85,14 @@ def _plain_column(sc: ShardColumn, ctx: AutogenContext) -> sa.Column[Any]:
     if computed and ctx.dialect is not None and is_spanner(ctx.dialect):
         args.append(sa.Computed(sa.text(_shard_sql(sc, ctx)), persisted=True))
     return sa.Column(*args, nullable=col.nullable, primary_key=col.primary_key)
+
+
+def _made_not_null(op: ops.MigrateOperation, shards: dict[str, ShardColumn]) -> bool:
+    """A client-side shard column (not a key column) that this revision makes NOT NULL."""
+    if not isinstance(op, ops.AlterColumnOp) or op.modify_nullable is not False:
+        return False
+    sc = shards.get(op.column_name)
+    return sc is not None and not sc.server_side and not sc.column.primary_key
 
 
 class _Rewriter:
@@ -260,10 +274,21 @@ class _Rewriter:
                 )  # fmt: skip
             elif isinstance(op, ops.DropColumnOp):
                 out.append(self.drop_column(mod.table_name, op, self.check_names(mod.table_name)))
+            elif _made_not_null(op, shards):
+                sc = shards[op.column_name]  # type: ignore[attr-defined]
+                out.append(
+                    CompleteShardOp(
+                        mod.table_name, sc.name, sources=[c.name for c in sc.sources],
+                        count=sc.count, algorithm=sc.algorithm,
+                    )
+                )  # fmt: skip
+                out.append(op)
             else:
                 out.append(op)
         out = storing_in_place(out)
         check_reshard(table, mod.table_name, out, split=self.splits)
+        if self.spanner and self.ctx.connection is not None:
+            check_not_null_unindexed(self.ctx.connection, mod.table_name, out)
         if any(isinstance(o, DropShardColumnOp) for o in out):
             # A contract: the layout that stays is verified (rows that code unaware of it
             # wrote since the expand are fixed) before the old one goes. A one-step

@@ -56,6 +56,36 @@ def check_reshard(
             )
 
 
+def check_not_null_unindexed(
+    conn: Connection, table: str, found: list[ops.MigrateOperation]
+) -> None:
+    """Spanner refuses to change NOT NULL of a column an index holds ("Changing NOT NULL
+    constraints on column C is not allowed because it affects index I"): say so at
+    autogenerate, with what to do, rather than at upgrade, half way through."""
+    changed = [
+        o.column_name
+        for o in found
+        if isinstance(o, ops.AlterColumnOp) and o.modify_nullable is not None
+    ]
+    if not changed:
+        return
+    dropped = {o.index_name for o in found if isinstance(o, ops.DropIndexOp)}
+    for info in reflection.read_indexes(conn, table).values():
+        if info.name in dropped:
+            continue
+        for column in changed:
+            if column in {c for c, _ in info.columns}:
+                raise MigrationError(
+                    f"{table}.{column}: Spanner cannot change NOT NULL of a column that index "
+                    f"{info.name} holds. Keep the column as the database has it (for a shard "
+                    "column made nullable=True with its index in the same revision, keep "
+                    "nullable=True: the library fills it on every write), or drop the index "
+                    "in this revision and create it again after (it is missing meanwhile). "
+                    "For a first shard column, add its ShardedIndex in the revision that "
+                    "makes it NOT NULL (docs/adopting.md)."
+                )
+
+
 def _key_text(key: list[tuple[str, bool]]) -> str:
     return "(" + ", ".join(n + (" DESC" if d else "") for n, d in key) + ")"
 

@@ -38,7 +38,6 @@ from collections.abc import Callable
 from typing import Any, TextIO
 
 import sqlalchemy as sa
-from alembic.ddl._autogen import ComparisonResult
 from alembic.ddl.impl import DefaultImpl
 from sqlalchemy import event
 from sqlalchemy.engine import Connection, Dialect
@@ -48,9 +47,10 @@ from sharded_orm.checks import quote_identifier
 from sharded_orm.errors import ShardConfigError
 from sharded_orm.spanner.mutations import database_of
 
-from . import defaults, reflection
 from . import ops as _ops  # noqa: F401  (registers op.backfill_shard, op.alter_index_storing)
+from . import reflection
 from .commit import commit_timeout, commit_within
+from .comparing import SpannerComparisons
 from .errors import MigrationError
 from .impl_guard import app_impl
 from .render import chain_render_item
@@ -116,7 +116,7 @@ def _is_ddl(construct: Any) -> bool:
     return isinstance(construct, sa.TextClause) and bool(_DDL.match(construct.text))
 
 
-class SpannerImpl(DefaultImpl):
+class SpannerImpl(SpannerComparisons, DefaultImpl):
     """Alembic impl for sqlalchemy-spanner (see the module docstring)."""
 
     # an app's own impl is honoured, never silently replaced (.impl_guard)
@@ -413,36 +413,3 @@ class SpannerImpl(DefaultImpl):
                 f"Drop it first: op.drop_constraint({checks[0]!r}, {table_name!r}, "
                 "type_='check')."
             )
-
-    # -- autogenerate
-
-    def compare_indexes(self, metadata_index: sa.Index, reflected_index: sa.Index) -> Any:
-        meta = reflection.index_signature(metadata_index)
-        real = reflection.index_signature(reflected_index)
-        diffs = [f"{key} {real[key]!r} to {meta[key]!r}" for key in meta if meta[key] != real[key]]
-        return ComparisonResult.Different(diffs) if diffs else ComparisonResult.Equal()
-
-    def compare_server_default(
-        self,
-        inspector_column: sa.Column[Any],
-        metadata_column: sa.Column[Any],
-        rendered_metadata_default: str | None,
-        rendered_inspector_default: str | None,
-    ) -> bool:
-        """Spanner reflects a default as the SQL it stores (see :mod:`.defaults`)."""
-        return defaults.differs(
-            metadata_column.server_default, rendered_metadata_default, rendered_inspector_default
-        )
-
-    def compare_type(
-        self, inspector_column: sa.Column[Any], metadata_column: sa.Column[Any]
-    ) -> bool:
-        """STRING(MAX) / BYTES(MAX) reflect with their byte limit as length: the same type
-        as an unsized ``String()``, ``Text()`` or ``LargeBinary()``."""
-        real, meta = inspector_column.type, metadata_column.type
-        unsized = getattr(meta, "length", None) is None
-        if unsized and isinstance(real, sa.String) and isinstance(meta, sa.String):
-            return False
-        if unsized and isinstance(real, sa.LargeBinary) and isinstance(meta, sa.LargeBinary):
-            return False
-        return bool(super().compare_type(inspector_column, metadata_column))

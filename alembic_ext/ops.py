@@ -155,6 +155,12 @@ class VerifyShardOp(BackfillShardOp):
         return self
 
 
+class CompleteShardOp(VerifyShardOp):
+    """Before a shard column becomes NOT NULL (the contract of its first layout): fill the
+    rows written since the expand by code that did not fill it; the NOT NULL after it then
+    fences such code (its INSERTs fail) and finds no NULL left."""
+
+
 @Operations.implementation_for(BackfillShardOp)
 def _run_backfill(operations: Operations, op: BackfillShardOp) -> None:
     ctx = operations.migration_context

@@ -32,6 +32,7 @@ from .markers import marker_clause
 from .ops import (
     AddShardColumnOp,
     AlterIndexStoringOp,
+    CompleteShardOp,
     DropShardColumnOp,
     SpannerCreateIndexOp,
     SpannerDropIndexOp,
@@ -194,10 +195,17 @@ def _render_add_shard_column(ctx: AutogenContext, op: AddShardColumnOp) -> list[
 @renderers.dispatch_for(VerifyShardOp)
 def _render_verify(ctx: AutogenContext, op: VerifyShardOp) -> list[str]:
     srcs = ", ".join(repr(s) for s in op.sources)
+    why = (
+        f"# sharded_orm: fill {op.table_name}.{op.column_name} where code that does not "
+        "compute it wrote rows since the expand, before NOT NULL makes such code fail; "
+        "fails if one is left."
+        if isinstance(op, CompleteShardOp)
+        else f"# sharded_orm: verify {op.table_name}.{op.column_name} now that the old layout "
+        "is gone (old code writing it fails from here): fill and fix every row written since "
+        "the expand by code that did not compute it; fails if one is left."
+    )
     return [
-        f"# sharded_orm: verify {op.table_name}.{op.column_name} now that the old layout is "
-        "gone (old code writing it fails from here): fill and fix every row written since "
-        "the expand by code that did not compute it; fails if one is left.",
+        why,
         f"{_op_prefix(ctx)}backfill_shard({op.table_name!r}, {op.column_name!r}, "
         f"sources=[{srcs}], count={op.count}, algorithm={op.algorithm!r})",
     ]

@@ -21,6 +21,7 @@ from .markers import Marker, spec_digest
 from .ops import (
     AddShardColumnOp,
     AlterIndexStoringOp,
+    CompleteShardOp,
     DropShardColumnOp,
     VerifyShardOp,
 )
@@ -87,6 +88,8 @@ def stub_index(info: reflection.IndexInfo) -> sa.Index:
 
 
 def _order_key(op: ops.MigrateOperation) -> int:
+    if isinstance(op, CompleteShardOp):
+        return 1  # with the NOT NULL it comes right before
     if isinstance(op, VerifyShardOp):
         return 7  # after the old layout is dropped: that drop fences old writers
     if isinstance(op, DropShardColumnOp):

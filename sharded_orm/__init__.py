@@ -65,6 +65,7 @@ if TYPE_CHECKING:
     from sharded_orm.schema.interleave import interleave_in
     from sharded_orm.schema.keys import OrderedPrimaryKey, key_column, primary_key
     from sharded_orm.schema.mixins import TimestampShardedMixin
+    from sharded_orm.schema.naive import set_naive_datetimes
     from sharded_orm.schema.types import UTCDateTime
     from sharded_orm.tools.doctor import Diagnosis, HotspotFinding, doctor
     from sharded_orm.tools.lint import Finding, lint
@@ -132,6 +133,7 @@ _LAZY: dict[str, str] = {
     "key_column": "sharded_orm.schema.keys",
     "primary_key": "sharded_orm.schema.keys",
     "TimestampShardedMixin": "sharded_orm.schema.mixins",
+    "set_naive_datetimes": "sharded_orm.schema.naive",
     "UTCDateTime": "sharded_orm.schema.types",
     "Diagnosis": "sharded_orm.tools.doctor",
     "HotspotFinding": "sharded_orm.tools.doctor",
@@ -205,6 +207,7 @@ __all__ = [
     "sample_rows",
     "SequenceExhausted",
     "set_cursor_secret",
+    "set_naive_datetimes",
     "shard_column",
     "shard_columns",
     "ShardColumn",

@@ -338,7 +338,16 @@ BEAM_PAGES = {"at_scale.md"}
 
 #: sections whose blocks another test runs in order, with what they need in between
 #: (page, "### heading") -> that test; this harness leaves their Python blocks to it
+_ADOPTING = (
+    "tests/test_adopting_journey.py::test_adopting_page_runs_as_written: the page's blocks "
+    "in order on the emulator, from a database a process without the library wrote, with "
+    "its Alembic steps and the old code's writes in between"
+)
 RUN_ELSEWHERE = {
+    ("adopting.md", "## The app"): _ADOPTING,
+    ("adopting.md", "## 2. The engine: import sharded_orm before create_engine"): _ADOPTING,
+    ("adopting.md", "## 4. The first sharded table"): _ADOPTING,
+    ("adopting.md", "## 5. Newest first: merged() and page()"): _ADOPTING,
     ("migrations.md", "### Resharding a key"): (
         "tests/test_key_reshard.py::test_the_docs_section_runs_as_written: the blocks are "
         "revision bodies, run with the old model writing between expand and contract"
@@ -657,6 +666,11 @@ NOT_RUN: dict[tuple[str, str], str] = {
     ("at_scale.md", "python load_logs.py --runner DataflowRunner"): "Dataflow needs a Google "
     "Cloud project, a bucket and credentials; load_logs.py itself runs above on the "
     "DirectRunner against the emulator",
+    ("adopting.md", 'alembic revision --autogenerate -m "adopt sharded-orm"'): "run through "
+    "Alembic's command API by tests/test_adopting_journey.py, which checks the revision is "
+    "empty and upgrades it",
+    ("adopting.md", "alembic downgrade <the adopt revision>"): "a placeholder for the reader's "
+    "revision id; tests/test_adopting_journey.py downgrades to it and checks the schema",
     ("bulk_loading.md", "worker 0:"): "output (which ranges each worker writes), not a command",
     ("keys.md", "Is the data naturally ordered by time"): "a decision tree, not code",
     ("migrations.md", "python backfill_logs.py"): "the reader's own pipeline script, on "

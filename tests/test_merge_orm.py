@@ -43,7 +43,7 @@ from sqlalchemy.orm import (
 
 from sharded_orm import MergeStats, ShardedIndex, UTCDateTime, merged, page, shard_column
 from sharded_orm import sharded_select as sharded_select_
-from sharded_orm.read import pagination
+from sharded_orm.read import cursors, pagination
 from sharded_orm.read.order import order_columns
 
 T0 = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
@@ -258,7 +258,7 @@ def test_item4_a_cursor_from_another_process_is_accepted(
         [sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True
     )
     cursor = out.stdout.strip().splitlines()[-1]
-    monkeypatch.setattr(pagination, "_secret", pagination._secret)  # restored afterwards
+    monkeypatch.setattr(cursors, "_secrets", cursors._secrets)  # restored afterwards
     pagination.set_cursor_secret(secret)
     for seed in ("0", "999"):
         check = (

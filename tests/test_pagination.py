@@ -23,7 +23,7 @@ from sharded_orm import (
     shard_column,
     sharded_select,
 )
-from sharded_orm.read import pagination
+from sharded_orm.read import cursors, pagination
 
 T0 = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
 
@@ -133,7 +133,7 @@ def test_a_cursor_reveals_no_key_value(conn: sa.Connection) -> None:
 def test_cursor_signed_with_another_secret(
     conn: sa.Connection, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(pagination, "_secret", pagination._secret)  # restored afterwards
+    monkeypatch.setattr(cursors, "_secrets", cursors._secrets)  # restored afterwards
     set_cursor_secret("first secret, long enough")
     cursor = page(conn, acme(), 3).next_cursor
     set_cursor_secret(b"second secret, long enough")

@@ -11,7 +11,6 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import Boolean, and_, literal, literal_column, or_, select, union_all
@@ -21,11 +20,19 @@ from sqlalchemy.orm import Session
 from sharded_orm.checks import check_seconds, shown
 from sharded_orm.errors import ShardConfigError, ShardTypeError
 from sharded_orm.read.fanout import BOUND_VAR, SHARD_VAR, FanOut, correlated_ok
+from sharded_orm.read.limits import (
+    compiled_parameters,
+    compound_limit,
+    headroom,
+    parameter_limit,
+    parameters_of,
+    too_many,
+)
 from sharded_orm.read.order import (
     after_condition,
     at_or_before_condition,
     check_nulls,
-    final_froms,
+    froms_and_key,
     joined_columns,
     order_over,
     plain,
@@ -33,45 +40,10 @@ from sharded_orm.read.order import (
     tables_of,
     without_options,
 )
+from sharded_orm.read.shapes import check_shape
+from sharded_orm.read.stats import FoundBound as FoundBound  # re-exported
+from sharded_orm.read.stats import MergeStats
 from sharded_orm.spanner.stock import refuse_stock
-
-
-@dataclass(frozen=True)
-class FoundBound:
-    """A bound the statement found itself (in ``MergeStats.bounds``): the last of the
-    first ``k`` sort keys of the round before it, in the same statement."""
-
-    k: int
-
-
-@dataclass
-class MergeStats:
-    """What a merge cost.
-
-    ``statements``: statements sent. ``rows_transferred``: full rows (the user's rows)
-    that came back. ``key_rows_transferred``: sort-key rows of the bound round.
-    ``server_rows_read``: an upper bound of the index entries read: each branch is an
-    index range read that stops at its LIMIT, or, for a shard known to hold no more rows
-    up to the bound than round 1 saw, at the bound. ``rounds``: per round of branches
-    (a statement may hold two), ``{shard: rows the branch may give}`` (on Spanner one
-    correlated LIMIT serves every shard: the largest). ``bounds``: per round, the sort
-    values its branches stop at (None: no bound; ``FoundBound``: the statement found them
-    itself), so that the index entries actually read can be counted where the data is
-    known (``benchmarks/bench_query.py`` does).
-    """
-
-    statements: int = 0
-    rows_transferred: int = 0
-    key_rows_transferred: int = 0
-    server_rows_read: int = 0
-    rounds: list[dict[int, int]] = field(default_factory=list)
-    bounds: list[list[Any] | FoundBound | None] = field(default_factory=list)
-
-    def add_bound_round(self, shards: Sequence[int], b: int) -> None:
-        """A bound round: every shard's branch reads its first ``b`` keys, to no bound."""
-        self.server_rows_read += b * len(shards)
-        self.rounds.append(dict.fromkeys(shards, b))
-        self.bounds.append(None)
 
 
 def is_async(conn: Any) -> bool:
@@ -160,21 +132,13 @@ class MergeQuery:
                 f"merged()/page() read through a Connection or Session (or their async "
                 f"forms, awaited), got {shown(conn)}"
             )
-        for what, present in (
-            ("GROUP BY", bool(stmt._group_by_clauses)),
-            ("HAVING", bool(stmt._having_criteria)),
-        ):
-            if present:
-                raise ShardConfigError(
-                    f"merged()/page() cannot merge a statement with {what}: a group can hold "
-                    "rows of several shards. Run it as one query (the statement itself)."
-                )
+        check_shape(stmt)  # the allowlist: before anything else is read of it
         self.conn = conn
         self.dialect = conn.get_bind().dialect if isinstance(conn, Session) else conn.dialect
         refuse_stock(self.dialect, "A sharded read (merged(), page())")
         # the FROMs of the branches (compiling the statement to find them costs about a
         # millisecond: once per read)
-        froms = final_froms(stmt)
+        froms, key = froms_and_key(stmt)
         self.columns = order_over(stmt, froms)
         #: the order's keys of joined tables: NULL where an outer join matched no row
         self.joined_keys = joined_columns(self.columns, self.plan.table)
@@ -202,8 +166,13 @@ class MergeQuery:
         # every token of the text costs the Spanner DB-API's parse
         by_key = {id(c): lbl for (c, _), lbl in zip(self.columns, self.key_labels, strict=True)}
         self.pk_labels = [by_key.get(id(c), c.label(f"so_p{i}")) for i, c in enumerate(self.pk)]
-        # loader options belong to the rows' statement, not to key-only branches
+        # loader options belong to the rows' statement, not to key-only branches; the
+        # other options (loader criteria: what the WHERE selects) to every statement,
+        # where the ORM applies them to each statement's branches too
         self.bare = without_options(self.stmt)
+        self.criteria = [
+            o for o in stmt._with_options if not getattr(o, "_is_strategy_option", False)
+        ]
         self.correlated = correlated_ok(self.dialect, froms)
         self.bare_var = self.bare.for_shard_named(SHARD_VAR)
         #: pages set this: the same statement shapes with and without a cursor or bound
@@ -219,6 +188,7 @@ class MergeQuery:
         self.deadline = (
             None if timeout is None else time.monotonic() + check_seconds(timeout, "timeout")
         )
+        self._limit_parameters(stmt, key)
         desc = stmt.column_descriptions
         self.scalars = (
             isinstance(conn, Session)
@@ -226,6 +196,26 @@ class MergeQuery:
             and desc[0]["entity"] is not None
             and desc[0]["expr"] is desc[0]["entity"]
         )
+
+    def _limit_parameters(self, stmt: Any, key: Any) -> None:
+        """Refuse a read whose statements cannot fit the backend's parameter limit, and
+        say which plans fit (``sharded_orm.read.limits``)."""
+        #: the bound round fits inside the rows statement (its WHERE twice)
+        self.found_fits = True
+        #: each statement is counted before it is sent
+        self.count_each = False
+        self.parameter_limit = parameter_limit(self.conn, self.dialect)
+        if self.parameter_limit is None or self.stmt.point_shard is not None:
+            return
+        params = parameters_of(stmt, key)
+        ours = headroom(len(self.columns))
+        self.found_fits = 2 * params + ours <= self.parameter_limit
+        # the WHERE clause is in every branch (once for the correlated ones), and around
+        # them where a row of the statement is not one row of ours
+        times = (1 if self.correlated else self.plan.shard.count) + (not self.one_to_one)
+        if times * params > self.parameter_limit:
+            raise too_many(times * params, self.parameter_limit, "statements", self.dialect)
+        self.count_each = times * (params + ours) > self.parameter_limit
 
     def _order(self, terms: Sequence[Any]) -> list[Any]:
         # ascending is the default: no ASC (every token costs the Spanner DB-API's parse)
@@ -315,10 +305,22 @@ class MergeQuery:
         return or_(unbounded, at_or_before_condition(self.columns, values, self.joined_keys))
 
     def _union(self, branches: list[Any], name: str) -> Any:
-        union: Any = branches[0] if len(branches) == 1 else union_all(*branches)
+        """The branches as one ``UNION ALL``, nested in groups of at most the backend's
+        compound-SELECT limit (SQLite's is 500 terms by default: 65,536 shards are two
+        levels of at most 500)."""
+        most = compound_limit(self.conn, self.dialect) if len(branches) > 1 else None
+        terms = branches
+        while most is not None and len(terms) > most:
+            groups = [terms[i : i + most] for i in range(0, len(terms), most)]
+            terms = [g[0] if len(g) == 1 else select(*union_all(*g).subquery().c) for g in groups]
+        union: Any = terms[0] if len(terms) == 1 else union_all(*terms)
         return union.subquery(name)
 
     def _execute(self, stmt: Any) -> Any:
+        if self.count_each and self.parameter_limit is not None:
+            count = compiled_parameters(stmt.compile(dialect=self.dialect))
+            if count > self.parameter_limit:
+                raise too_many(count, self.parameter_limit, "a statement", self.dialect)
         if self.deadline is None:
             return self.conn.execute(stmt)
         # a deadline already passed still goes to the client, which ends the statement
@@ -354,6 +356,8 @@ class MergeQuery:
         keys = [u.c[lbl.name] for lbl in self.key_labels]
         shard = literal_column(SHARD_VAR) if self.correlated else u.c.so_s
         q = select(*keys, shard).order_by(*self._order(keys)).limit(want)
+        if self.criteria:
+            q = q.options(*self.criteria)
         # all(): one DB-API fetchall, not a fetchone (and its retry bookkeeping) per row
         rows: list[Any] = self._execute(q).all()
         stats.statements += 1

@@ -62,6 +62,24 @@ def correlated_ok(dialect: Any, froms: Sequence[Any]) -> bool:
     return True
 
 
+#: the most elements Spanner's GENERATE_ARRAY makes ("Cannot generate arrays with more
+#: than 16000 elements", on the emulator)
+SPANNER_ARRAY = 16000
+
+
+def shard_numbers(count: int) -> str:
+    """The shard numbers 0 to ``count - 1`` as an UNNEST: beyond ``SPANNER_ARRAY``, the
+    sums of two generated arrays (the library accepts up to 65,536 shards)."""
+    if count <= SPANNER_ARRAY:
+        return f"UNNEST(GENERATE_ARRAY(0, {count - 1}))"
+    size, high = SPANNER_ARRAY, (count - 1) // SPANNER_ARRAY
+    return (
+        f"UNNEST(ARRAY(SELECT so_h * {size} + so_l FROM UNNEST(GENERATE_ARRAY(0, {high})) "
+        f"AS so_h, UNNEST(GENERATE_ARRAY(0, {size - 1})) AS so_l "
+        f"WHERE so_h * {size} + so_l < {count}))"
+    )
+
+
 class FanOut(TableClause):
     """``N`` runs of ``inner`` (a ``SELECT AS STRUCT`` naming the shard ``SHARD_VAR``, and
     ``BOUND_VAR`` when ``bound`` is given), as a table ``name`` with ``columns``."""
@@ -99,7 +117,7 @@ def _compile_fan_out(element: FanOut, compiler: Any, **kw: Any) -> str:
     # made only for Spanner (``correlated_ok``), rendered as GoogleSQL whatever compiles
     # it: the ORM compiles parts of a statement on a default dialect (joined eager loads
     # with LIMIT), and ``str()`` shows what runs
-    shards = f"UNNEST(GENERATE_ARRAY(0, {int(element.count) - 1})) AS {SHARD_VAR}"
+    shards = f"{shard_numbers(int(element.count))} AS {SHARD_VAR}"
     if element.bound is not None:  # (its text, parameters included, comes first)
         bound = compiler.process(element.bound)
         shards = f"(SELECT ({bound}) AS {BOUND_VAR}) AS so_tt CROSS JOIN {shards}"

@@ -42,9 +42,7 @@ from typing import TYPE_CHECKING, Any, overload
 from sharded_orm.checks import check_positive_int
 from sharded_orm.errors import ShardConfigError, ShardTypeError
 from sharded_orm.read.branches import (
-    FoundBound,
     MergeQuery,
-    MergeStats,
     is_async,
     probe_limit,
     single_statement,
@@ -54,6 +52,7 @@ from sharded_orm.read.consistency import RowsChanged, read_again, rows_are_whole
 from sharded_orm.read.order import (
     order_columns as order_columns,  # re-exported: sharded_orm imports it from here
 )
+from sharded_orm.read.stats import FoundBound, MergeStats
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection
@@ -118,7 +117,7 @@ def bound_in_statement(query: MergeQuery) -> bool:
     Spanner, for ``merged()`` of a statement whose rows are each one row of ours (a page
     keeps its own round, whose keys also bound the pages after it). ``plan_rounds`` then
     sends nothing."""
-    return query.correlated and query.one_to_one and not query.keyset
+    return query.correlated and query.one_to_one and not query.keyset and query.found_fits
 
 
 def plan_rounds(

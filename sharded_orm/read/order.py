@@ -30,11 +30,18 @@ from sqlalchemy import (
 )
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql import operators
-from sqlalchemy.sql.elements import ColumnElement, Label, UnaryExpression
+from sqlalchemy.sql.elements import (
+    ColumnElement,
+    Label,
+    UnaryExpression,
+    _label_reference,
+    _textual_label_reference,
+)
 from sqlalchemy.sql.selectable import Join
 from sqlalchemy.sql.visitors import InternalTraversal
 
 from sharded_orm.errors import ShardConfigError, UnsupportedOnDialectError
+from sharded_orm.read.joins import check_joins, proven_key
 from sharded_orm.read.plan import ShardPlan, plan_of
 from sharded_orm.read.predicate import ShardPredicate
 
@@ -91,16 +98,27 @@ def final_froms(stmt: Any) -> list[Any]:
     table itself: once per statement shape. Not where a FROM is an alias or a subquery:
     two anonymous aliases of one table share a cache key.
     """
+    return froms_and_key(stmt)[0]
+
+
+def froms_and_key(stmt: Any) -> tuple[list[Any], Any]:
+    """``final_froms(stmt)`` and the cache key of ``stmt`` without its options (None for
+    a statement SQLAlchemy cannot cache): its bound parameters are the statement's."""
     bare = without_options(stmt)
     key = bare._generate_cache_key()
     if key is not None and (kept := _FROMS.get(key.key)) is not None:
-        return list(kept)
-    froms = [t for frm in bare.get_final_froms() for t in tables_of(frm)]
+        return list(kept), key
+    finals = bare.get_final_froms()
+    plan = plan_of(stmt)
+    if plan is not None:
+        for frm in finals:
+            check_joins(plain(frm), plan.table)
+    froms = [t for frm in finals for t in tables_of(frm)]
     if key is not None and all(isinstance(t, Table) for t in froms):
         if len(_FROMS) >= _FROMS_KEPT:
             _FROMS.clear()
         _FROMS[key.key] = froms
-    return list(froms)
+    return list(froms), key
 
 
 def _joined_keys(plan: ShardPlan, froms: Sequence[Any]) -> list[Any]:
@@ -109,13 +127,14 @@ def _joined_keys(plan: ShardPlan, froms: Sequence[Any]) -> list[Any]:
         for t in tables_of(frm):
             if t is plan.table:
                 continue
-            pk = list(getattr(t, "primary_key", None) or ())
+            pk = proven_key(t)
             if not pk:
                 raise ShardConfigError(
                     f"merged()/page() cannot order the rows of a join with "
-                    f"{getattr(t, 'name', t)!r}: it has no primary key to tell its rows apart. "
-                    "Join a table, or select DISTINCT columns that hold the key of "
-                    f"{plan.table.name!r}."
+                    f"{getattr(t, 'name', t)!r}: it has no primary key to tell its rows apart "
+                    "(a subquery has one when it selects the whole key of its one table, or "
+                    "groups by columns it selects). Join a table, or select DISTINCT columns "
+                    f"that hold the key of {plan.table.name!r}."
                 )
             keys += [plain(c) for c in pk]
     return keys
@@ -162,21 +181,64 @@ def order_over(stmt: Any, froms: Sequence[Any]) -> list[tuple[Any, bool]]:
             seen.add(c)
     given = []
     for clause in stmt._order_by_clauses:
-        desc = isinstance(clause, UnaryExpression) and clause.modifier is operators.desc_op
-        asc = isinstance(clause, UnaryExpression) and clause.modifier is operators.asc_op
-        col = plain(clause.element if desc or asc else clause)
+        col, desc, nulls_first = _order_term(stmt, clause)
         if col not in pinned:  # a constant orders nothing
-            given.append((col, desc))
-    for i, (col, desc) in enumerate(given):
-        if i >= len(wanted) or col is not wanted[i][0] or desc != wanted[i][1]:
-            text = ", ".join(f"{c.name}{' DESC' if d else ''}" for c, d in wanted)
-            raise ShardConfigError(
-                f"ORDER BY cannot be served by {plan.index_name or 'the primary key'} of "
-                f"{plan.table.name!r}: it serves ({text}) or a prefix of it. Merging any "
-                "other order would mean reading and sorting every matching row; order by "
-                "the index, or pass index= naming an index in the order you want."
-            )
+            given.append((col, desc, nulls_first))
+    for i, (col, desc, nulls_first) in enumerate(given):
+        if i < len(wanted) and col is wanted[i][0] and desc == wanted[i][1]:
+            if nulls_first is not None and nulls_first == desc and _can_be_null(col, plan):
+                first, last = ("FIRST", "LAST") if desc else ("LAST", "FIRST")
+                raise ShardConfigError(
+                    f"ORDER BY {col.name}{' DESC' if desc else ''} NULLS {first} cannot be "
+                    f"served by {plan.index_name or 'the primary key'} of "
+                    f"{plan.table.name!r}: it keeps NULL {last.lower()} in that direction "
+                    "(NULL sorts as the smallest value, as SQLite and Spanner order it), and "
+                    "any other place would mean reading and sorting every matching row. "
+                    f"Write NULLS {last}, or leave the NULLS placement out."
+                )
+            continue
+        text = ", ".join(f"{c.name}{' DESC' if d else ''}" for c, d in wanted)
+        raise ShardConfigError(
+            f"ORDER BY cannot be served by {plan.index_name or 'the primary key'} of "
+            f"{plan.table.name!r}: it serves ({text}) or a prefix of it. Merging any "
+            "other order would mean reading and sorting every matching row; order by "
+            "the index (its columns, labels of them, NULLS placed where the index keeps "
+            "them), or pass index= naming an index in the order you want."
+        )
     return wanted
+
+
+def _order_term(stmt: Any, clause: Any) -> tuple[Any, bool, bool | None]:
+    """(column, descending, NULLS FIRST: True, NULLS LAST: False, not said: None) of one
+    ORDER BY term: a column, a label of it (or its name), with ASC/DESC and NULLS."""
+    desc, nulls_first = False, None
+    while True:
+        if isinstance(clause, _textual_label_reference):  # order_by("name")
+            clause = stmt.selected_columns.get(clause.element, clause)
+            if isinstance(clause, _textual_label_reference):
+                return clause, desc, nulls_first  # no such column: refused as it is
+        elif isinstance(clause, _label_reference):
+            clause = clause.element
+        elif isinstance(clause, UnaryExpression) and clause.modifier in _NULLS:
+            nulls_first = clause.modifier is operators.nulls_first_op
+            clause = clause.element
+        elif isinstance(clause, UnaryExpression) and clause.modifier in _DIRECTIONS:
+            desc = clause.modifier is operators.desc_op
+            clause = clause.element
+        elif isinstance(clause, Label):
+            clause = clause.element
+        else:
+            return plain(clause), desc, nulls_first
+
+
+_NULLS = (operators.nulls_first_op, operators.nulls_last_op)
+_DIRECTIONS = (operators.desc_op, operators.asc_op)
+
+
+def _can_be_null(col: Any, plan: ShardPlan) -> bool:
+    """Whether ``col`` can be NULL in the statement's rows (an outer join makes a joined
+    table's column NULL however it is declared)."""
+    return getattr(col, "table", None) is not plan.table or bool(getattr(col, "nullable", True))
 
 
 def check_nulls(dialect: Any, columns: Sequence[tuple[Any, bool]]) -> None:

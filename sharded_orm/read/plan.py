@@ -204,7 +204,8 @@ def point_of(plan: ShardPlan, criteria: Any, params: dict[str, Any] | None = Non
         if col in eqs and src not in eqs:
             eqs[src] = eqs[col]
     values = []
-    for src in plan.shard.sources:
+    coercers = plan.shard.coercers
+    for i, src in enumerate(plan.shard.sources):
         bind = eqs.get(src)
         if bind is None or has_case_insensitive_collation(src):
             return None
@@ -213,8 +214,8 @@ def point_of(plan: ShardPlan, criteria: Any, params: dict[str, Any] | None = Non
         v = literal_value(bind, params or {})
         if v is MISSING or v is None:
             return None
-        try:
-            values.append(stored_value(src, v))
+        try:  # the shard column's own coercion: its naive-datetime policy included
+            values.append(coercers[i](v) if coercers else stored_value(src, v))
         except ShardingError:
             return None  # the database converts it some other way: read every shard
     return plan.shard.compute(values)

@@ -30,6 +30,7 @@ from sqlalchemy.sql.schema import Column
 
 from sharded_orm.errors import ShardConfigError, ShardTypeError, ShardValueError
 from sharded_orm.hashing import INT64_MAX, INT64_MIN, show
+from sharded_orm.schema.naive import OPT_IN
 from sharded_orm.schema.types import UTCDateTime
 
 Coercer = Callable[[Any], Any]
@@ -210,7 +211,11 @@ def _date_coercer(column: Any) -> Coercer:
     return coerce
 
 
-def _datetime_coercer(column: Any) -> Coercer:
+def _datetime_coercer(column: Any, naive_utc: Callable[[], bool] | None = None) -> Coercer:
+    """Aware datetimes as their UTC instant; a naive one as given where ``naive_utc()``
+    says so (the app's opt-in, :mod:`sharded_orm.schema.naive`: the hash takes it as UTC),
+    else refused."""
+
     def coerce(v: Any) -> Any:
         if v.__class__ is _dt.datetime and v.tzinfo is _UTC:
             return v
@@ -224,11 +229,13 @@ def _datetime_coercer(column: Any) -> Coercer:
                 "(dates and ISO strings are refused: their stored instant depends on the driver)",
             )
         if v.utcoffset() is None:
+            if naive_utc is not None and v.tzinfo is None and naive_utc():
+                return v
             raise _value_error(
                 column,
                 v,
                 "a naive datetime is no instant; attach a timezone, "
-                "e.g. datetime.now(timezone.utc)",
+                f"e.g. datetime.now(timezone.utc); or, {OPT_IN}",
             )
         if v.tzinfo is _UTC:
             return v
@@ -326,14 +333,16 @@ def base_type(type_: Any) -> Any:
     return type_
 
 
-def coercer_for(column: Column[Any]) -> Coercer:
+def coercer_for(column: Column[Any], naive_utc: Callable[[], bool] | None = None) -> Coercer:
     """The stored-value function of one column, built once; raises ShardConfigError for a
-    column type that cannot be a source (Float, JSON, ARRAY...).
+    column type that cannot be a source (Float, JSON, ARRAY...). ``naive_utc``: asked when
+    a naive datetime comes; if it says so, that is stored as given (the caller hashes it
+    as UTC), else refused.
 
     A TypeDecorator's own Python conversion (``process_bind_param``) is applied first, as
     the column does before storing: a ``LowerCase`` string hashes its lower-cased text."""
     steps = _bind_steps(column)
-    base = _base_coercer(column)
+    base = _base_coercer(column, naive_utc)
     if not steps:
         return base
     # A decorator that stores timestamps as naive UTC (SQLAlchemy's documented TZDateTime)
@@ -353,7 +362,7 @@ def coercer_for(column: Column[Any]) -> Coercer:
     return decorated
 
 
-def _base_coercer(column: Column[Any]) -> Coercer:
+def _base_coercer(column: Column[Any], naive_utc: Callable[[], bool] | None = None) -> Coercer:
     type_ = base_type(column.type)
     if isinstance(type_, sqltypes.Float) or (
         isinstance(type_, sqltypes.Numeric) and not type_.asdecimal
@@ -372,7 +381,7 @@ def _base_coercer(column: Column[Any]) -> Coercer:
     if isinstance(type_, sqltypes.String):
         return _str_coercer(column)
     if isinstance(type_, sqltypes.DateTime):
-        return _datetime_coercer(column)
+        return _datetime_coercer(column, naive_utc)
     if isinstance(type_, sqltypes.Date):
         return _date_coercer(column)
     if isinstance(type_, sqltypes._Binary):

@@ -48,6 +48,7 @@ from sharded_orm.schema.coerce import (
     sends_stored_form,
 )
 from sharded_orm.schema.declare import check_source_declaration
+from sharded_orm.schema.naive import check_policy, hashed_as_utc, naive_policy
 from sharded_orm.schema.pieces import (
     PIECE_INT,
     PIECE_STR,
@@ -85,8 +86,12 @@ class ShardSpec:
     count: int
     algorithm: str = CRC32
     server_side: bool = False
+    #: what a naive datetime source means: "utc", "refuse", or None (the Base's, else
+    #: refused): :mod:`sharded_orm.schema.naive`
+    naive_datetimes: str | None = None
 
     def __post_init__(self) -> None:
+        check_policy(self.naive_datetimes)
         validate_count(self.count)
         validate_algorithm(self.algorithm)
         if not self.sources:
@@ -183,14 +188,20 @@ class ShardColumn:
 
 
 def make_shard_column(
-    column: Column[Any], spec: ShardSpec, sources: Sequence[Column[Any]]
+    column: Column[Any],
+    spec: ShardSpec,
+    sources: Sequence[Column[Any]],
+    naive_utc: Callable[[], bool] | None = None,
 ) -> ShardColumn:
-    """A ShardColumn whose function coerces each source as its column stores it."""
-    coercers = tuple(coercer_for(s) for s in sources)
+    """A ShardColumn whose function coerces each source as its column stores it
+    (where ``naive_utc()`` says so when asked, a naive datetime is stored as given and
+    hashed as UTC)."""
+    coercers = tuple(coercer_for(s, naive_utc) for s in sources)
+    hashed = [hashed_as_utc(c) for c in coercers] if naive_utc else list(coercers)
     if spec.algorithm == CRC32_CONCAT:
-        pieces = [_concat_piece(c) for c in coercers]
+        pieces = [_concat_piece(c) for c in hashed]
     else:
-        pieces = [piece_function(piece_kind(s), c) for s, c in zip(sources, coercers, strict=True)]
+        pieces = [piece_function(piece_kind(s), c) for s, c in zip(sources, hashed, strict=True)]
     fn = shard_function_of_pieces(pieces, spec.count, spec.algorithm)
     loose = tuple(has_case_insensitive_collation(s) for s in sources)
     sends = tuple(sends_stored_form(s) for s in sources)
@@ -246,6 +257,7 @@ def shard_column(
     count: int,
     algorithm: str = CRC32,
     server_side: bool = False,
+    naive_datetimes: str | None = None,
     **column_kwargs: Any,
 ) -> MappedColumn[int]:
     """A declarative column holding ``compute_shard(<sources>, count, algorithm)``.
@@ -255,9 +267,13 @@ def shard_column(
     (farm_fingerprint only) it is a STORED generated column on Spanner and is never sent
     by the client there; elsewhere the client fills it.
 
+    ``naive_datetimes="utc"``: a naive datetime source is hashed as the UTC instant
+    Spanner stores it as (refused by default; once for all models:
+    ``set_naive_datetimes(Base, "utc")``).
+
     ``Table(...)`` users can take ``shard_column(...).column``.
     """
-    spec = ShardSpec(tuple(sources), count, algorithm, server_side)
+    spec = ShardSpec(tuple(sources), count, algorithm, server_side, naive_datetimes)
     for banned in ("default", "onupdate", "server_default", "server_onupdate"):
         if banned in column_kwargs:
             raise ShardConfigError(
@@ -271,8 +287,9 @@ def shard_column(
     if server_side:
         args.append(ShardComputed(spec))
     made: MappedColumn[int] = mapped_column(*args, info=info, **column_kwargs)
-    # on this column only (its copies for mixins and to_metadata keep it): no listener
-    # runs for the columns and tables that are not sharded
+    # on this column only, so no listener runs for the columns and tables that are not
+    # sharded (a copy, for a mixin or by to_metadata, has none: it is resolved when
+    # mapped or first used)
     event.listen(made.column, "after_parent_attach", _on_column_attach)
     return made
 
@@ -324,7 +341,7 @@ def _resolve(table: Table) -> tuple[ShardColumn, ...]:
                     "(server_default/Computed), so the client cannot hash it; give it a "
                     "client-side default, or use server_side=True on Spanner"
                 )
-        found.append(make_shard_column(col, spec, sources))
+        found.append(make_shard_column(col, spec, sources, naive_policy(spec, table)))
     return tuple(found)
 
 

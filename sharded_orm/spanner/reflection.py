@@ -128,16 +128,27 @@ WHERE {where} AND tc.constraint_type = 'PRIMARY KEY'
 ORDER BY tc.table_catalog, tc.table_schema, tc.table_name, kcu.ordinal_position
 """
 
+# One row per foreign key, each column pair once. INFORMATION_SCHEMA lists a unique
+# constraint once per foreign key that uses it (the index Spanner manages for foreign keys
+# to a non-key column): the stock query's joins on it doubled both the keys and their
+# columns (two keys to one column reflected as four, each of two column pairs). The
+# referenced table and columns are read by value, whatever the number of those rows.
 _FOREIGN_KEYS = """
-SELECT tc.table_schema, tc.table_name, tc.constraint_name, uq.table_name, uq.table_schema,
+SELECT tc.table_schema, tc.table_name, tc.constraint_name,
+  (SELECT ANY_VALUE(uq.table_name) FROM information_schema.table_constraints AS uq
+   WHERE uq.constraint_catalog = rc.unique_constraint_catalog
+     AND uq.constraint_schema = rc.unique_constraint_schema
+     AND uq.constraint_name = rc.unique_constraint_name),
+  rc.unique_constraint_schema,
   ARRAY(
-    SELECT AS STRUCT kcu.column_name AS mine, kcu_uq.column_name AS theirs
+    SELECT AS STRUCT kcu.column_name AS mine,
+      (SELECT ANY_VALUE(kcu_uq.column_name)
+       FROM information_schema.key_column_usage AS kcu_uq
+       WHERE kcu_uq.constraint_catalog = rc.unique_constraint_catalog
+         AND kcu_uq.constraint_schema = rc.unique_constraint_schema
+         AND kcu_uq.constraint_name = rc.unique_constraint_name
+         AND kcu_uq.ordinal_position = kcu.position_in_unique_constraint) AS theirs
     FROM information_schema.key_column_usage AS kcu
-    JOIN information_schema.key_column_usage AS kcu_uq
-      ON kcu_uq.constraint_catalog = rc.unique_constraint_catalog
-     AND kcu_uq.constraint_schema = rc.unique_constraint_schema
-     AND kcu_uq.constraint_name = rc.unique_constraint_name
-     AND kcu_uq.ordinal_position = kcu.ordinal_position
     WHERE kcu.constraint_catalog = tc.constraint_catalog
       AND kcu.constraint_schema = tc.constraint_schema
       AND kcu.constraint_name = tc.constraint_name
@@ -147,14 +158,32 @@ JOIN information_schema.referential_constraints AS rc
   ON rc.constraint_catalog = tc.constraint_catalog
  AND rc.constraint_schema = tc.constraint_schema
  AND rc.constraint_name = tc.constraint_name
-JOIN information_schema.table_constraints AS uq
-  ON uq.constraint_catalog = rc.unique_constraint_catalog
- AND uq.constraint_schema = rc.unique_constraint_schema
- AND uq.constraint_name = rc.unique_constraint_name
 JOIN information_schema.tables AS t
   ON t.table_catalog = tc.table_catalog AND t.table_schema = tc.table_schema
  AND t.table_name = tc.table_name
 WHERE {where} AND tc.constraint_type = 'FOREIGN KEY'
+"""
+
+# The UNIQUE constraints an app can hold: Spanner has no UNIQUE constraint DDL (the
+# dialect refuses one: unique indexes are reflected as indexes), so the ones listed are
+# those of the unique indexes Spanner manages for foreign keys to non-key columns. Those
+# are the foreign keys' (made and dropped with them, refused by DROP), as the managed
+# indexes get_indexes leaves out are; a constraint is listed once (INFORMATION_SCHEMA has
+# it once per foreign key using it), with its columns in order.
+_UNIQUE = """
+SELECT tc.constraint_name,
+  ARRAY(SELECT DISTINCT AS STRUCT kcu.ordinal_position, kcu.column_name
+        FROM information_schema.key_column_usage AS kcu
+        WHERE kcu.constraint_catalog = tc.constraint_catalog
+          AND kcu.constraint_schema = tc.constraint_schema
+          AND kcu.constraint_name = tc.constraint_name)
+FROM information_schema.table_constraints AS tc
+WHERE tc.table_name = @name AND tc.table_schema = @schema
+  AND tc.constraint_type = 'UNIQUE' AND tc.constraint_name IS NOT NULL
+  AND NOT EXISTS (
+    SELECT 1 FROM information_schema.indexes AS i
+    WHERE i.table_schema = tc.table_schema AND i.table_name = tc.table_name
+      AND i.index_name = tc.constraint_name AND i.spanner_is_managed)
 """
 
 
@@ -263,16 +292,13 @@ class BoundReflection:
     def get_unique_constraints(
         self, connection: Any, table_name: str, schema: str | None = None, **kw: Any
     ) -> list[dict[str, Any]]:
-        sql = """
-SELECT ccu.constraint_name, ccu.column_name
-FROM information_schema.table_constraints AS tc
-JOIN information_schema.constraint_column_usage AS ccu
-  USING (table_catalog, table_schema, constraint_name)
-WHERE tc.table_name = @name AND tc.table_schema = @schema
-  AND tc.constraint_type = 'UNIQUE' AND tc.constraint_name IS NOT NULL
-"""
-        rows = _rows(connection, sql, *_schema(schema, table_name))
-        return [{"name": r[0], "column_names": [r[1]]} for r in rows]
+        found: dict[str, list[Any]] = {}
+        for name, parts in _rows(connection, _UNIQUE, *_schema(schema, table_name)):
+            found.setdefault(name, list(parts))
+        return [
+            {"name": name, "column_names": [p[1] for p in sorted(parts)]}
+            for name, parts in sorted(found.items())
+        ]
 
     def has_table(
         self, connection: Any, table_name: str, schema: str | None = None, **kw: Any

@@ -24,9 +24,10 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from sharded_orm.read.branches import SINGLE_STATEMENT_READS, MergeStats
+from sharded_orm.read.branches import SINGLE_STATEMENT_READS
 from sharded_orm.read.merge import merged, order_columns
 from sharded_orm.read.plan import sharded_select
+from sharded_orm.read.stats import MergeStats
 from sharded_orm.schema.columns import shard_columns
 from sharded_orm.tools.advise.layout import Layout
 from sharded_orm.tools.advise.sample import Sample
