@@ -49,8 +49,9 @@ def test_utc_datetime_round_trips_aware_on_sqlite() -> None:
 # --- a lazy package: the tools and everything else load on first use (issue 33 item 10) ---
 
 #: what ``import sharded_orm`` may load of the package: the registrations (the dialect
-#: names, the shard DDL, the ORM and Session hooks) and what they stand on
-EAGER_LAYERS = ("errors", "checks", "hashing", "schema", "spanner", "write")
+#: names, the shard DDL, the ORM and Session hooks) and what they stand on (telemetry: the
+#: engine hook counts rows per shard; it imports no OpenTelemetry until an operation runs)
+EAGER_LAYERS = ("errors", "checks", "hashing", "telemetry", "schema", "spanner", "write")
 
 
 def _loaded_by(code: str) -> set[str]:

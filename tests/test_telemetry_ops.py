@@ -15,6 +15,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
 from alembic_ext import backfill_shard
 from sharded_orm import (
+    ShardedIndex,
     ShardingWarning,
     TableSequence,
     UTCDateTime,
@@ -223,3 +224,94 @@ def test_a_bulk_load_is_a_span_with_its_figures(engine: sa.Engine, otel: Recorde
     assert attrs["sharded_orm.bytes"] > 500 * 8
     assert attrs["sharded_orm.retries"] == report.retries  # the emulator aborts some
     assert (attrs["sharded_orm.mode"], attrs["sharded_orm.workers"]) == ("insert", 2)
+
+
+class Ping(Base):
+    __tablename__ = "Pings"
+    ping_id: Mapped[int] = mapped_column("PingId", primary_key=True, autoincrement=False)
+    ts: Mapped[dt.datetime] = mapped_column("Ts", UTCDateTime)
+    shard: Mapped[int] = shard_column("ts", count=16, name="Shard")
+    __table_args__ = (ShardedIndex("PingsByTs", sa.desc("Ts"), shard="Shard"),)
+
+
+def _pings(engine: sa.Engine, n: int) -> None:
+    Base.metadata.create_all(engine)
+    with Session(engine) as s:
+        s.add_all(Ping(ping_id=i, ts=T0 + dt.timedelta(seconds=i)) for i in range(n))
+        s.commit()
+
+
+def test_a_merged_read_is_a_span_with_what_it_cost(engine: sa.Engine, otel: Recorded) -> None:
+    from sharded_orm import MergeStats, merged, sharded_select
+
+    _pings(engine, 120)
+    tracer = otel.tracer_provider.get_tracer("app")
+    stats = MergeStats()
+    newest = sharded_select(Ping, index="PingsByTs").order_by(Ping.ts.desc()).limit(20)
+    with tracer.start_as_current_span("GET /pings"), Session(engine) as s:
+        rows = merged(s, newest, stats=stats)
+    assert [p.ping_id for p in rows] == list(range(119, 99, -1))
+    span = otel.span("merged Pings")
+    attrs = _attrs(span)
+    assert (
+        span.parent is not None and otel.span("GET /pings").context.span_id == span.parent.span_id
+    )
+    assert attrs["db.operation.name"] == "merged"
+    assert attrs["db.system.name"] == (
+        "gcp.spanner" if engine.dialect.name != "sqlite" else "sqlite"
+    )
+    assert (attrs["sharded_orm.shards"], attrs["sharded_orm.limit"]) == (16, 20)
+    assert attrs["sharded_orm.plan"] == stats.plan != ""
+    assert attrs["sharded_orm.statements"] == stats.statements >= 1
+    assert attrs["sharded_orm.rows_transferred"] == stats.rows_transferred
+    assert attrs["sharded_orm.server_rows_read"] == stats.server_rows_read
+    assert attrs["sharded_orm.consistency_retries"] == 0
+    assert attrs["sharded_orm.bound_found"] in ("none", "in the statement", "by a bound round")
+    (point,) = otel.points("db.client.operation.duration")
+    assert point.attributes["db.operation.name"] == "merged" and point.count == 1
+
+
+def test_a_page_walk_is_one_span_a_page(engine: sa.Engine, otel: Recorded) -> None:
+    from sharded_orm import page, sharded_select
+
+    _pings(engine, 50)
+    stmt = sharded_select(Ping, index="PingsByTs").order_by(Ping.ts.desc())
+    seen, cursor = [], None
+    with Session(engine) as s:
+        while True:
+            p = page(s, stmt, 20, cursor)
+            seen += [r.ping_id for r in p.rows]
+            cursor = p.next_cursor
+            if cursor is None:
+                break
+    assert seen == list(range(49, -1, -1))
+    spans = otel.spans("page Pings")
+    assert len(spans) == 3
+    assert [s.attributes["sharded_orm.has_next"] for s in spans] == [True, True, False]
+    assert [s.attributes["sharded_orm.cursor_given"] for s in spans] == [False, True, True]
+    assert all(s.attributes["sharded_orm.page_size"] == 20 for s in spans)
+    assert all(s.attributes["sharded_orm.statements"] >= 1 for s in spans)
+
+
+def test_a_failed_read_records_its_error_and_retries(
+    otel: Recorded, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rows that change between statements on every attempt (forced here): the span
+    counts the repeats and ends with the ShardReadError."""
+    import sharded_orm.read.merge as merge_module
+    from sharded_orm import ShardReadError, merged, sharded_select
+    from sharded_orm.read.consistency import RowsChanged
+
+    engine = sa.create_engine("sqlite://")
+    _pings(engine, 300)
+    stmt = sharded_select(Ping, index="PingsByTs").order_by(Ping.ts.desc()).limit(200)
+
+    def changed(*args: Any, **kwargs: Any) -> None:
+        raise RowsChanged()
+
+    monkeypatch.setattr(merge_module, "_run", changed)
+    with Session(engine) as s, pytest.raises(ShardReadError):
+        merged(s, stmt)
+    span = otel.span("merged Pings")
+    assert span.attributes["error.type"] == "sharded_orm.errors.ShardReadError"
+    assert span.attributes["sharded_orm.consistency_retries"] == 2  # 3 attempts in all

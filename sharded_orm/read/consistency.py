@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from sharded_orm.errors import ShardReadError
 
@@ -48,10 +48,13 @@ def rows_are_whole(shards: Sequence[int], limits: dict[int, int], top: int | Non
     return True
 
 
-def read_again(attempt: Callable[[], T]) -> T:
+def read_again(attempt: Callable[[], T], stats: Any = None) -> T:
     """``attempt()``, run again while it raises ``RowsChanged``, ``CONSISTENT_ATTEMPTS``
-    times in all; then a ``ShardReadError``."""
-    for _ in range(CONSISTENT_ATTEMPTS):
+    times in all (each repeat counted in ``stats.consistency_retries``); then a
+    ``ShardReadError``."""
+    for i in range(CONSISTENT_ATTEMPTS):
+        if i and stats is not None:
+            stats.consistency_retries += 1
         try:
             return attempt()
         except RowsChanged:

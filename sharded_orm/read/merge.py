@@ -53,6 +53,7 @@ from sharded_orm.read.order import (
     order_columns as order_columns,  # re-exported: sharded_orm imports it from here
 )
 from sharded_orm.read.stats import FoundBound, MergeStats
+from sharded_orm.telemetry import operation
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection
@@ -137,12 +138,14 @@ def plan_rounds(
         )
     point = query.stmt.point_shard
     if point is not None:
+        stats.plan = "point"
         stats.rounds.append({point: want})
         stats.bounds.append(None)
         stats.server_rows_read += want
         return Plan(None)
     shards = list(range(query.plan.shard.count))
     if single_statement(len(shards), want):
+        stats.plan = "one statement"
         return Plan(dict.fromkeys(shards, want))
     keys_wanted = want + pages * step
     # each shard sends K/N keys more than its share: then a shard rarely holds more of
@@ -150,7 +153,9 @@ def plan_rounds(
     # most N*ceil(K/N) + K index entries
     b = math.ceil(keys_wanted / len(shards)) + want // len(shards)
     if bound_in_statement(query):  # one snapshot, one round trip, one parse
+        stats.plan = "two rounds in one statement"
         return Plan(dict.fromkeys(shards, want), found=b)
+    stats.plan = "two rounds"
     rows = query.bound(shards, after, b, keys_wanted, stats)
     return plan_from(rows, shards, want, b, step, pages)
 
@@ -266,10 +271,11 @@ def read(
     if not ahead and not pages and offset == 0 and query.stmt.point_shard is None:
         limit = probe_limit(query.plan.shard.count, want) if query.one_to_one else None
         if limit is not None:
-            return read_again(lambda: probe(query, want, limit, after, stats, keys))
+            return read_again(lambda: probe(query, want, limit, after, stats, keys), stats)
     if ahead and query.stmt.point_shard is None and offset == 0:
         shards = range(query.plan.shard.count)
         bounded = Plan(dict.fromkeys(shards, want), ahead[0].values)
+        stats.plan = "page bound"
         # up to the bound, the shards hold ``want`` rows but for those of full shards
         reads = min(want + ahead[0].full * want, len(shards) * want)
         rows, key_rows = _run(query, bounded, n, offset, after, stats, keys, reads)
@@ -281,7 +287,7 @@ def read(
         rows, key_rows = _run(query, plan, n, offset, after, stats, keys)
         return rows, key_rows, plan.ahead
 
-    return read_again(two_rounds)
+    return read_again(two_rounds, stats)
 
 
 def probe(
@@ -299,12 +305,14 @@ def probe(
     bound; elsewhere the probe's rows, with their sort keys, are its bound round."""
     shards = list(range(query.plan.shard.count))
     own = plan_rounds(query, want, after, stats) if bound_in_statement(query) else None
+    stats.plan = "probe"
     sort_keys = keys or own is None
     first = Plan(dict.fromkeys(shards, limit))
     rows, extra = _run(query, first, want, 0, after, stats, sort_keys, shard=True)
     if all(c < limit for c in Counter(row[-1] for row in extra).values()):
         return rows, [k[:-1] for k in extra] if keys else [], []
     plan = own or plan_from(extra, shards, want, limit)
+    stats.plan = "probe, then two rounds"
     rows, key_rows = _run(query, plan, want, 0, after, stats, keys)
     return rows, key_rows, []
 
@@ -334,7 +342,12 @@ def _merged(
     query = MergeQuery(conn, stmt, timeout)
     n = _limit(stmt, limit, "limit")
     _, offset = statement_window(stmt)
-    return read(query, offset + n, n, offset, after, stats)[0]
+    shards = query.plan.shard.count
+    with operation("merged", conn, query.plan.table.name, shards=shards, limit=n) as traced:
+        try:
+            return read(query, offset + n, n, offset, after, stats)[0]
+        finally:
+            traced.set_all(stats.figures())
 
 
 @overload

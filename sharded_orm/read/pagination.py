@@ -41,6 +41,7 @@ from sharded_orm.read.merge import (
     statement_window,
 )
 from sharded_orm.read.plan import plan_of
+from sharded_orm.telemetry import operation
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
@@ -145,11 +146,19 @@ def _page(conn: Any, stmt: Any, page_size: int, cursor: str | None, timeout: flo
         return Page([], None, stats)
     # one row more than the page tells whether another page follows
     more = 1 if limit is None or limit - served > size else 0
-    with listened:
-        rows, keys, ahead = read(
-            query, offset + size + more, size + more, offset, after, stats, True, ahead, size,
-            PAGES_AHEAD,
-        )  # fmt: skip
+    shards = query.plan.shard.count
+    with (
+        operation("page", conn, query.plan.table.name, shards=shards, page_size=size) as traced,
+        listened,
+    ):
+        try:
+            rows, keys, ahead = read(
+                query, offset + size + more, size + more, offset, after, stats, True, ahead,
+                size, PAGES_AHEAD,
+            )  # fmt: skip
+        finally:
+            traced.set_all(stats.figures())
+        traced.set(has_next=len(rows) > size, cursor_given=cursor is not None)
     if listened.added:  # a tenant's criteria from a listener shape what the query reads
         fingerprint = query_fingerprint(stmt, listened.added)
     if state is not None and state.fingerprint != fingerprint:
