@@ -362,4 +362,9 @@ def is_watched(engine: Any) -> bool:
     return _root(engine) in _watched
 
 
+def root_engine(engine: Any) -> Any:
+    """The Engine itself behind a Connection or an ``execution_options()`` copy."""
+    return _root(engine)
+
+
 set_engine_watcher(watch)
