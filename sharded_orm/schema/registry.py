@@ -31,9 +31,31 @@ def _key(schema: str | None, name: str) -> tuple[str | None, str]:
     return (schema, name.lower())
 
 
+#: how many times a sharded table was registered: a check made against the registry
+#: (``declared_names``) is out of date once this changes
+_registered = [0]
+
+
 def register(table: Table) -> None:
     """Record a declared table that has a shard column."""
-    _tables.setdefault(_key(table.schema, table.name), weakref.WeakSet()).add(table)
+    tables = _tables.setdefault(_key(table.schema, table.name), weakref.WeakSet())
+    if table not in tables:
+        tables.add(table)
+        _registered[0] += 1
+
+
+def registrations() -> int:
+    """A number that changes whenever a sharded table is registered."""
+    return _registered[0]
+
+
+def declared_names() -> dict[str | None, set[str]]:
+    """Schema -> lower-case names of the live declared sharded tables in it."""
+    out: dict[str | None, set[str]] = {}
+    for (schema, name), tables in list(_tables.items()):
+        if len(tables):
+            out.setdefault(schema, set()).add(name)
+    return out
 
 
 def register_cascades(table: Table, layout: tuple[Any, ...]) -> None:

@@ -31,7 +31,7 @@ from typing import Any
 from sqlalchemy import event, literal
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.sql.dml import Insert, Update
-from sqlalchemy.sql.elements import ClauseElement, TextClause
+from sqlalchemy.sql.elements import BindParameter, ClauseElement, TextClause
 
 from sharded_orm.checks import shown
 from sharded_orm.errors import ShardConfigError, ShardingWarning, ShardTypeError
@@ -52,7 +52,7 @@ from sharded_orm.write.sql import (
 from sharded_orm.write.statements import check_from_select, onto_declared, with_upsert_shard
 from sharded_orm.write.stored import StoredRows
 from sharded_orm.write.targets import statement_table, write_shards
-from sharded_orm.write.trust import forget, take, updated_objects
+from sharded_orm.write.trust import Expected, forget, take, updated_objects
 
 
 def _rewrite_multi_values(stmt: Insert, table: Any, shards: RowShards) -> Insert:
@@ -142,41 +142,52 @@ def _derive_again(
     return out
 
 
-def _row_key(table: Any, pinned: dict[str, Any]) -> list[Any] | None:
-    pk = [pinned.get(c.key) for c in table.primary_key]
-    return None if any(b is None for b in pk) else pk
+def _row_keys(table: Any, pinned: dict[str, Any], rows: list[dict[str, Any]]) -> list[Any] | None:
+    """The primary key each UPDATE row's WHERE names, as ``trust.expect_update`` keys it
+    (the value for a one-column key, else the tuple); None when the WHERE does not name
+    the whole key."""
+    pk: list[Any] = [pinned.get(c.key) for c in table.primary_key]
+    if not pk or any(b is None for b in pk):
+        return None
+    if all(isinstance(b, BindParameter) and not b.unique for b in pk):
+        names = [b.key for b in pk]
+        try:  # the ORM's rows carry the key's parameters: read straight from each row
+            if len(names) == 1:
+                (name,) = names
+                return [row[name] for row in rows]
+            return [tuple([row[n] for n in names]) for row in rows]
+        except KeyError:
+            pass
+    if len(pk) == 1:
+        return [literal_value(pk[0], row) for row in rows]
+    return [tuple([literal_value(b, row) for b in pk]) for row in rows]
 
 
 def _derived_dropped(
-    table: Any, pinned: dict[str, Any], rows: list[dict[str, Any]], backs: dict[Any, Any]
+    table: Any, pinned: dict[str, Any], rows: list[dict[str, Any]], backs: Expected
 ) -> list[dict[str, Any]]:
     """The flush's UPDATE rows without the key shards ``before_update`` derived (a later
     listener may have changed a source since): the hook computes them from the row."""
-    pk = _row_key(table, pinned)
-    if pk is None:
+    keys = _row_keys(table, pinned, rows) if backs.derived else None
+    if keys is None:
         return rows
     out = []
-    for row in rows:
-        drop = [
-            key
-            for _, _, key, derived in backs.get(tuple(literal_value(b, row) for b in pk), ())
-            if derived and key in row
-        ]
+    for row, key in zip(rows, keys, strict=True):
+        drop = [k for _, _, k, derived in backs.get(key, ()) if derived and k in row]
         out.append({k: v for k, v in row.items() if k not in drop} if drop else row)
     return out
 
 
-def _write_back(
-    table: Any, pinned: dict[str, Any], rows: list[dict[str, Any]], backs: dict[Any, Any]
-) -> None:
-    """Give the objects of the flush's UPDATE the shard the hook computed for their row."""
-    pk = _row_key(table, pinned)
-    if pk is None:
-        return
-    for row in rows:
-        for d, attr, key, _ in backs.pop(tuple(literal_value(b, row) for b in pk), ()):
-            if key in row:
-                d[attr] = row[key]
+def _write_back(rows: list[dict[str, Any]], keys: list[Any], backs: Expected) -> None:
+    """Give the objects of the flush's UPDATE the shard the hook computed for their row
+    (``keys``: the primary key each row's WHERE names, as ``StoredRows.keys`` gives it)."""
+    pop = backs.pop
+    for row, key in zip(rows, keys, strict=True):
+        targets = pop(key, None)
+        if targets is not None:
+            for d, attr, k, _ in targets:
+                if k in row:
+                    d[attr] = row[k]
 
 
 def _all_filled(rows: list[dict[str, Any]], shards: RowShards) -> bool:
@@ -279,8 +290,8 @@ def _shard_rows(
             rows = _derived_dropped(table, pinned, rows, backs)
         fetch = _row_fetcher(conn, table, pinned, rows)
         new_rows = row_shards.update_rows(rows, stmt_values, pinned, fetch)
-        if backs:
-            _write_back(table, pinned, new_rows, backs)
+        if backs and fetch is not None:  # (no fetch: the WHERE names no whole key)
+            _write_back(new_rows, fetch.keys(), backs)
     if not multiparams and not params:
         # Values came only from .values(...): send the shard as a parameter, which Core
         # turns into a SET/VALUES entry (works with ordered_values() too).
@@ -385,6 +396,11 @@ def watch(engine: Engine | Connection) -> Engine:
 def is_watched(engine: Any) -> bool:
     """True when ``engine`` (or a Connection's) checks writes to sharded tables."""
     return _root(engine) in _watched
+
+
+def root_engine(engine: Any) -> Any:
+    """The Engine itself behind a Connection or an ``execution_options()`` copy."""
+    return _root(engine)
 
 
 set_engine_watcher(watch)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import datetime as _dt
 import uuid
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from decimal import Decimal
 from typing import Any
 
@@ -176,6 +176,78 @@ def rows_filler(
         "    return out\n"
     )
     fn: RowsFiller = _build("rows", body, ns)
+    return fn
+
+
+UpdateFiller = Callable[
+    [
+        Sequence[dict[str, Any]],
+        Sequence[Any],
+        Mapping[Any, Sequence[Any]],
+        Callable[[dict[str, Any]], dict[str, Any]],
+    ],
+    list[dict[str, Any]],
+]
+
+
+def update_rows_filler(
+    plans: Sequence[tuple[ShardColumn, Sequence[bool]]], missing: Sequence[str]
+) -> UpdateFiller:
+    """``(rows, keys, found, slow_row) -> rows to send`` for an UPDATE executemany whose rows set
+    some sources of each shard of ``plans`` (``given[i]``: the row sets source ``i``) and
+    whose other sources, ``missing``, were read from the stored rows: ``found`` maps each
+    row's key (``keys[i]``) to the tuple of their stored values, in ``missing``'s order.
+    Each row gets a copy with its shards computed (its given sources in their stored form);
+    a row whose key was not read, or with a missing key or an unusual value, goes through
+    ``slow_row``, which reads it alone, checks it or raises the precise error."""
+    ns: dict[str, Any] = dict(_COMMON)
+    ns["UNHASHABLE"] = ShardValueError
+    var: dict[str, str] = {}
+    reads = ""
+    resets = ""
+    for sc, given in plans:
+        for k, g in zip(sc.source_keys, given, strict=True):
+            if k in var:
+                continue
+            v = var[k] = f"v{len(var)}"
+            ns[f"K{v}"] = k
+            if g:
+                reads += f"            {v} = row[K{v}]\n"
+                resets += f"            new[K{v}] = {v}\n"
+            else:
+                reads += f"            {v} = st[{missing.index(k)}]\n"
+    compute = "".join(
+        _shard_code(j, [var[k] for k in sc.source_keys], sc, ns, "            ")
+        for j, (sc, _) in enumerate(plans)
+    )
+    pass_line = "            pass\n"
+    sets = ""
+    for j, (sc, _) in enumerate(plans):
+        ns[f"G{j}"] = sc.key
+        sets += f"        new[G{j}] = s{j}\n"
+    body = (
+        "    out = []\n"
+        "    append = out.append\n"
+        "    get = found.get\n"
+        "    for row, key in zip(rows, keys):\n"
+        "        st = get(key)\n"
+        "        if st is None:\n"
+        "            append(slow_row(row))\n"
+        "            continue\n"
+        "        dirty = False\n"
+        "        try:\n"
+        f"{reads}{compute}"
+        "        except (KeyError, UNHASHABLE):\n"
+        "            append(slow_row(row))\n"
+        "            continue\n"
+        "        new = row.copy()\n"
+        f"{sets}"
+        "        if dirty:\n"
+        f"{resets or pass_line}"
+        "        append(new)\n"
+        "    return out\n"
+    )
+    fn: UpdateFiller = _build("rows, keys, found, slow_row", body, ns)
     return fn
 
 

@@ -19,8 +19,8 @@ again from the sources. A caller's shard is checked, never replaced.
   later listener's change is hashed too, and the object holds what the row holds.
 * A shard in the primary key is needed before the flush (``session.merge()`` and the
   identity map key the object by it): a ``set`` listener on each of its sources derives it
-  as soon as every source is known. Other shards have no source listener: building
-  objects costs nothing.
+  as soon as every source is known (``sharded_orm.write.attr_events``). Other shards have
+  no source listener: building objects costs nothing.
 
 Events are installed on every mapper whose tables include a sharded one, sub-mappers of
 joined and single inheritance included, when SQLAlchemy configures it.
@@ -28,46 +28,29 @@ joined and single inheritance included, when SQLAlchemy configures it.
 
 from __future__ import annotations
 
+import datetime as _dt
 import weakref
 from typing import Any
 
-from sqlalchemy import Table, event
-from sqlalchemy.orm import EXT_CONTINUE, LoaderCallableStatus, Mapper, attributes
+from sqlalchemy import event
+from sqlalchemy.orm import EXT_CONTINUE, Mapper
 from sqlalchemy.orm.attributes import instance_dict, set_committed_value
 
 from sharded_orm.errors import ShardingError
-from sharded_orm.schema.columns import ShardColumn, is_shard_column, shard_columns
-from sharded_orm.write.engine_hook import watch
-from sharded_orm.write.fastpath import (
-    IMMUTABLE_SOURCE_TYPES,
-    derived_mark_key,
-    given_mark_key,
-    object_filler,
+from sharded_orm.schema.columns import ShardColumn, piece_kind
+from sharded_orm.schema.pieces import PIECE_INT, PIECE_STR, PIECE_UTC_DATETIME
+from sharded_orm.write.attr_events import (
+    Plan,
+    install_source_listeners,
+    is_given,
+    mapper_plans,
+    sharded_tables,
 )
+from sharded_orm.write.engine_hook import watch
+from sharded_orm.write.fastpath import given_mark_key, object_filler
 from sharded_orm.write.rows import mismatch
 from sharded_orm.write.sql import MISSING, evaluate_default, evaluate_onupdate
-from sharded_orm.write.trust import Tally, expect_update, forget
-
-Plan = tuple[ShardColumn, str, tuple[str, ...]]
-
-
-def sharded_tables(mapper: Mapper[Any]) -> list[Table]:
-    return [
-        t
-        for t in mapper.tables
-        if isinstance(t, Table) and any(is_shard_column(c) for c in t.columns)
-    ]
-
-
-def mapper_plans(mapper: Mapper[Any]) -> list[Plan]:
-    """``(shard column, shard attribute, source attributes)`` for each shard of the mapper."""
-    plans = []
-    for table in sharded_tables(mapper):
-        for sc in shard_columns(table):
-            shard_attr = mapper.get_property_by_column(sc.column).key
-            source_attrs = tuple(mapper.get_property_by_column(c).key for c in sc.sources)
-            plans.append((sc, shard_attr, source_attrs))
-    return plans
+from sharded_orm.write.trust import Tally, expect_update, expected, forget, updates_of
 
 
 def _insert_values(
@@ -100,12 +83,7 @@ def _record_keys(
 
 
 _NO: Any = object()
-
-
-def is_given(d: dict[str, Any], shard_attr: str, mark: str) -> bool:
-    """Whether the shard value ``d`` holds is the one the caller set (``given_mark_key``)."""
-    value = d.get(shard_attr)
-    return value is not None and d.get(mark, _NO) == value
+_UTC = _dt.timezone.utc
 
 
 def install_mapper_events(mapper: Mapper[Any]) -> None:
@@ -126,16 +104,21 @@ def install_mapper_events(mapper: Mapper[Any]) -> None:
     # per shard: (attribute, given mark, (column key, attribute)) and all of them derived
     marks = [(attr, given_mark_key(attr), (sc.key, attr)) for sc, attr, _ in plans]
     all_derived = tuple(m[2] for m in marks)
-    # per shard: its plan, given mark, whether it is a key column, and the attributes of
-    # its table's primary key (in the table's order: what the UPDATE's WHERE names)
+    # per shard: its plan, its sources as a set, given mark, whether it is a key column,
+    # the attributes of its table's primary key (in the table's order: what the UPDATE's
+    # WHERE names), its table, column key, and the sources to keep in their stored form
     update_plans = [
         (
             sc,
             attr,
             source_attrs,
+            frozenset(source_attrs),
             given_mark_key(attr),
             sc.column in pk_cols,
             _key_positions(mapper, sc.column.table),
+            sc.column.table,
+            sc.key,
+            _stored_form_keepers(sc, source_attrs),
         )
         for sc, attr, source_attrs in plans
     ]
@@ -186,80 +169,99 @@ def install_mapper_events(mapper: Mapper[Any]) -> None:
             # A pending object's INSERT is built from its dict: no history to keep.
             d[shard_attr] = shard
 
-    seen: list[Any] = [None]  # a weak reference to the connection last watched
+    # the connection last watched (a weak reference) and its write-backs (trust.updates_of)
+    seen: list[Any] = [None]
 
-    def before_update(mapper_: Any, connection: Any, state: Any) -> None:
+    def before_update(mapper_: Any, connection: Any, state: Any) -> Any:
         last = seen[0]
-        if last is None or last() is not connection:
+        if last is None or last[0]() is not connection:
             watch(connection)
-            seen[0] = weakref.ref(connection)
+            last = seen[0] = (weakref.ref(connection), updates_of(connection))
         if onupdate:
             target = state.obj()
             _apply_onupdate(state, target, onupdate, [p.key for p in mapper_.column_attrs])
-        d = state.dict
         committed = state.committed_state
-        for sc, shard_attr, source_attrs, mark, in_pk, pk_attrs in update_plans:
-            # set since loaded (perhaps to an equal value: then the row does not send it,
-            # and the hook has nothing to compute)
-            changed = [a for a in source_attrs if a in committed]
+        for plan in update_plans:
+            sc, shard_attr, source_attrs, sources, mark, in_pk, pk_attrs, table, key, keep = plan
+            # sources set since loaded (perhaps to an equal value: then the row does not
+            # send it, and the hook has nothing to compute)
+            changed = not sources.isdisjoint(committed)
             shard_set = shard_attr in committed and state.attrs[shard_attr].history.has_changes()
             if not changed and not shard_set:
                 continue
+            d = state.dict
             if shard_set and is_given(d, shard_attr, mark):
                 given = d[shard_attr]
                 if not (changed and _was_derived(sc, state, source_attrs, given)):
                     continue  # the caller's: the engine hook checks it with the sources sent
             # derived: from the object's sources (a key shard, which the identity map needs
             # now), or by the engine hook from the row the UPDATE sends
-            target = state.obj()
             if in_pk:
-                _derive_key_shard(sc, state, target, shard_attr, source_attrs)
-                if pk_attrs:  # computed again by the hook if a later listener changes a source
-                    expect_update(
-                        connection,
-                        mapper_.base_mapper._compiled_cache,
-                        sc.column.table,
-                        tuple([state.key[1][i] for i in pk_attrs]),
-                        (d, shard_attr, sc.key, True),
-                    )
+                _derive_key_shard(sc, state, state.obj(), shard_attr, source_attrs)
+            else:
+                if shard_set:  # copied (merge) or left by a key listener: not sent as given
+                    old = committed.get(shard_attr, _NO)
+                    set_committed_value(state.obj(), shard_attr, None if old is _NO else old)
+                if not changed:
+                    continue
+                for attr, coerce, exact, utc in keep:
+                    if attr not in committed or attr not in d:
+                        continue
+                    v = d[attr]
+                    if v.__class__ is exact and (not utc or v.tzinfo is _UTC):
+                        continue  # already its stored form (the coercer's own first test)
+                    _keep_stored_form(state, attr, v, coerce)
+            if not pk_attrs:
                 continue
-            if shard_set:  # copied (merge) or left by a key listener: not sent as given
-                old = committed.get(shard_attr, _NO)
-                set_committed_value(target, shard_attr, None if old is _NO else old)
-            if changed:
-                _keep_stored_form(sc, d, target, source_attrs)
-            if changed and pk_attrs:
-                expect_update(
-                    connection,
-                    mapper_.base_mapper._compiled_cache,
-                    sc.column.table,
-                    tuple([state.key[1][i] for i in pk_attrs]),
-                    (d, shard_attr, sc.key, False),
-                )
+            # the hook computes the shard from the row and writes it back to ``d``; a key
+            # shard is computed again there if a later listener changes a source
+            ident = state.key[1]
+            by_key = expected(last[1], mapper_.base_mapper._compiled_cache, table)
+            pk = ident[pk_attrs[0]] if len(pk_attrs) == 1 else tuple([ident[i] for i in pk_attrs])
+            targets = by_key.get(pk)
+            if targets is None:
+                by_key[pk] = [(d, shard_attr, key, in_pk)]
+            else:
+                expect_update(targets, (d, shard_attr, key, in_pk))
+            if in_pk:
+                by_key.derived = True
+        return EXT_CONTINUE
 
     # raw and retval: SQLAlchemy calls it directly, with no wrapper, once per object
     event.listen(mapper, "before_insert", before_insert, raw=True, retval=True)
-    event.listen(mapper, "before_update", before_update, raw=True)
+    event.listen(mapper, "before_update", before_update, raw=True, retval=True)
 
 
-def _keep_stored_form(
-    sc: ShardColumn,
-    d: dict[str, Any],
-    target: Any,
-    source_attrs: tuple[str, ...],
-) -> None:
-    """The sources are sent, and kept on the object, in the form their column stores (an
-    IntEnum member as its int), as a reload would give them; one set to a value equal to
-    the stored one (2 -> Level.HIGH) is no change the UPDATE sends, and is kept as 2."""
-    for i, attr in enumerate(source_attrs):
-        if attr in d and sc.sends and sc.sends[i]:
-            value = d.get(attr)
-            try:
-                stored = sc.coercers[i](value)
-            except (ShardingError, TypeError, ValueError):
-                continue  # the engine hook refuses it with the precise error
-            if stored is not value:
-                setattr(target, attr, stored)
+def _stored_form_keepers(
+    sc: ShardColumn, source_attrs: tuple[str, ...]
+) -> tuple[tuple[str, Any, Any, bool], ...]:
+    """Per source sent in its stored form: (attribute, coercer, the exact class the coercer
+    returns as it is, whether that needs a UTC tzinfo too) -- a plain ``str`` for a String,
+    an ``int`` for an Integer, a UTC ``datetime`` for a DateTime (no TypeDecorator
+    conversion): a value of that class needs no coercer call."""
+    out = []
+    for i, (attr, col) in enumerate(zip(source_attrs, sc.sources, strict=True)):
+        if not (sc.sends and sc.sends[i]):
+            continue
+        kind = piece_kind(col)
+        exact = {PIECE_STR: str, PIECE_INT: int, PIECE_UTC_DATETIME: _dt.datetime}.get(
+            kind or "", _NO
+        )
+        out.append((attr, sc.coercers[i], exact, kind == PIECE_UTC_DATETIME))
+    return tuple(out)
+
+
+def _keep_stored_form(state: Any, attr: str, value: Any, coerce: Any) -> None:
+    """A source set since the object was loaded is sent, and kept on the object, in the
+    form its column stores (an IntEnum member as its int), as a reload would give it; one
+    set to a value equal to the stored one (2 -> Level.HIGH) is no change the UPDATE
+    sends, and is kept as 2."""
+    try:
+        stored = coerce(value)
+    except (ShardingError, TypeError, ValueError):
+        return  # the engine hook refuses it with the precise error
+    if stored is not value:
+        setattr(state.obj(), attr, stored)
 
 
 def _key_positions(mapper: Mapper[Any], table: Any) -> tuple[int, ...]:
@@ -318,111 +320,6 @@ def _apply_onupdate(
     for attr, col in onupdate.items():
         if not state.attrs[attr].history.has_changes():
             setattr(target, attr, evaluate_onupdate(col, dict(d)))
-
-
-def install_source_listeners(mapper: Mapper[Any]) -> None:
-    """The ``set`` listeners of a mapper's shards: on every client-computed shard
-    attribute, one that marks the value the caller sets (``given_mark_key``); on each
-    source of a shard in the primary key, one that derives the shard of a new object as soon
-    as every source is known (``session.merge()`` keys it by its attributes). A
-    source change the session discards (``expire``, ``refresh``) takes the key shard it
-    derived back with it. Other shards are derived at flush, from what it sends."""
-    pk_cols = {c for t in mapper.tables for c in t.primary_key}
-    restore: list[tuple[str, tuple[str, ...]]] = []
-    for sc, shard_attr, source_attrs in mapper_plans(mapper):
-        if sc.server_side:
-            continue
-        event.listen(
-            mapper.class_manager[shard_attr],
-            "set",
-            _given_marker(given_mark_key(shard_attr)),
-            propagate=True,
-            raw=True,
-        )
-        if sc.column not in pk_cols:
-            continue
-        restore.append((shard_attr, source_attrs))
-        for attr in source_attrs:
-            event.listen(
-                mapper.class_manager[attr],
-                "set",
-                _source_setter(sc, shard_attr, source_attrs, attr),
-                propagate=True,
-                raw=True,
-            )
-    if restore:
-        event.listen(mapper, "expire", _shard_restorer(restore), propagate=True)
-
-
-def _given_marker(mark: str) -> Any:
-    def on_set(state: Any, value: Any, oldvalue: Any, initiator: Any) -> None:
-        if value is None:
-            state.dict.pop(mark, None)
-        else:
-            state.dict[mark] = value
-
-    return on_set
-
-
-def _shard_restorer(plans: list[tuple[str, tuple[str, ...]]]) -> Any:
-    def on_expire(target: Any, attrs: Any) -> None:
-        if attrs is None:
-            return  # everything expired, the shard too
-        state = attributes.instance_state(target)
-        for shard_attr, source_attrs in plans:
-            if shard_attr in attrs or not any(a in attrs for a in source_attrs):
-                continue
-            committed = state.committed_state.get(shard_attr, LoaderCallableStatus.NO_VALUE)
-            state.dict.pop(derived_mark_key(shard_attr), None)
-            if committed is LoaderCallableStatus.NO_VALUE:
-                continue  # the shard has no pending change
-            set_committed_value(target, shard_attr, committed)
-
-    return on_expire
-
-
-def _source_setter(sc: ShardColumn, shard_attr: str, source_attrs: tuple[str, ...], me: str) -> Any:
-    others = [a for a in source_attrs if a != me]
-    mark = given_mark_key(shard_attr)
-
-    def on_set(state: Any, value: Any, oldvalue: Any, initiator: Any) -> None:
-        if state.key is not None:
-            # a row's object: merge() and the identity map know it by its stored key, and
-            # the flush moves the key (before_update); setting the shard here could load
-            # expired attributes, and that autoflush
-            return
-        d = state.dict
-        for a in others:
-            if a not in d:
-                return  # not all known yet: the flush computes it
-        values = [value if a == me else d[a] for a in source_attrs]
-        try:
-            new = sc.compute(values)
-        except (ShardingError, TypeError, ValueError):
-            return  # not hashable: the flush refuses it with the precise error
-        if is_given(d, shard_attr, mark):
-            return  # the caller's: the flush checks it
-        if d.get(shard_attr) != new:
-            d[shard_attr] = new  # a new object's INSERT is built from its dict
-        _mark_derived(d, sc, shard_attr, values, new)
-
-    return on_set
-
-
-def _mark_derived(
-    d: dict[str, Any], sc: ShardColumn, shard_attr: str, values: list[Any], shard: int
-) -> None:
-    """Remember that these very source objects hash to ``shard`` (``derived_mark_key``), so
-    the flush need not hash them again. A fact about the values, not about the shard
-    attribute (the flush still compares that); kept only for immutable values already in
-    their stored form, where ``is`` at flush proves nothing changed."""
-    key = derived_mark_key(shard_attr)
-    if all(type(v) in IMMUTABLE_SOURCE_TYPES for v in values) and all(
-        s is v for s, v in zip(sc.values_to_send(values), values, strict=True)
-    ):
-        d[key] = (shard, *values)
-    else:
-        d.pop(key, None)
 
 
 def _install_for_sharded_tables(mapper: Mapper[Any], class_: Any) -> None:

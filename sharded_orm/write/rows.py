@@ -25,7 +25,7 @@ from sqlalchemy.sql.elements import BindParameter
 
 from sharded_orm.errors import ShardConfigError, ShardMismatchError, ShardValueError
 from sharded_orm.schema.columns import ShardColumn
-from sharded_orm.write.fastpath import RowsFiller, rows_filler
+from sharded_orm.write.fastpath import RowsFiller, UpdateFiller, rows_filler, update_rows_filler
 from sharded_orm.write.sql import MISSING, evaluate_default, evaluate_onupdate, literal_value
 from sharded_orm.write.stored import StoredRows
 
@@ -205,46 +205,25 @@ class RowShards:
         plans = self._update_plans(rows, stmt_values, pinned, fetch)
         if plans is None:
             return [self.update_row(r, stmt_values, pinned, fetch) for r in rows]
-        missing = [
-            k for sc, given in plans for k, g in zip(sc.source_keys, given, strict=True) if not g
-        ]
-        try:
-            return self._fast_update_rows(rows, plans, missing, fetch)
-        except KeyError:  # a row without a key the first one has: row by row
-            return [self.update_row(r, stmt_values, pinned, fetch) for r in rows]
+        missing = list(
+            dict.fromkeys(
+                k
+                for sc, given in plans
+                for k, g in zip(sc.source_keys, given, strict=True)
+                if not g
+            )
+        )
+        if not plans:
+            return list(rows)
 
-    @staticmethod
-    def _fast_update_rows(
-        rows: Sequence[dict[str, Any]],
-        plans: list[tuple[ShardColumn, list[bool]]],
-        missing: list[str],
-        fetch: Fetch | None,
-    ) -> list[dict[str, Any]]:
-        found = fetch.batch(missing) if missing and fetch is not None else {}
-        row_keys = fetch.keys() if missing and fetch is not None else None
-        out = []
-        for i, row in enumerate(rows):
-            stored: Mapping[str, Any] = row
-            if row_keys is not None and fetch is not None:
-                key = row_keys[i]
-                hit = found.get(key) if key is not None else None
-                if hit is None:
-                    hit = fetch(row, missing)  # bound as stored differs, or no such row
-                if hit is None:
-                    out.append(row)  # no such row: the UPDATE changes nothing
-                    continue
-                stored = hit
-            new = dict(row)
-            for sc, given in plans:
-                keys = sc.source_keys
-                values = [row[k] if g else stored[k] for k, g in zip(keys, given, strict=True)]
-                send = sc.values_to_send(values)
-                new[sc.key] = sc.shard_fn(send)
-                for k, g, v, s in zip(keys, given, values, send, strict=True):
-                    if g and s is not v:
-                        new[k] = s  # what is hashed is what is stored
-            out.append(new)
-        return out
+        def slow_row(row: dict[str, Any]) -> dict[str, Any]:
+            return self.update_row(row, stmt_values, pinned, fetch)
+
+        found: Mapping[Any, tuple[Any, ...]] = _NOTHING_READ
+        keys: Sequence[Any] = [None] * len(rows)
+        if missing and fetch is not None:
+            found, keys = fetch.batch(missing), fetch.keys()
+        return _update_filler(plans, missing)(rows, keys, found, slow_row)
 
     def _update_plans(
         self,
@@ -411,6 +390,22 @@ def _check_given(
 
 
 _fillers: dict[tuple[ShardColumn, ...], RowsFiller] = {}
+
+
+#: ``found`` when every source is given: the row of no key holds no value to read
+_NOTHING_READ: dict[Any, tuple[Any, ...]] = {None: ()}
+_update_fillers: dict[tuple[Any, ...], UpdateFiller] = {}
+
+
+def _update_filler(plans: list[tuple[ShardColumn, list[bool]]], missing: list[str]) -> UpdateFiller:
+    """The generated UPDATE filler (``sharded_orm.write.fastpath``) of one shape of rows."""
+    key = (tuple((sc, tuple(given)) for sc, given in plans), tuple(missing))
+    hit = _update_fillers.get(key)
+    if hit is None:
+        if len(_update_fillers) > 256:
+            _update_fillers.clear()
+        hit = _update_fillers[key] = update_rows_filler(plans, missing)
+    return hit
 
 
 def fast_insert_rows(shards: RowShards, rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:

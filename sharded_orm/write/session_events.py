@@ -1,4 +1,4 @@
-"""The identity map stays truthful after an ORM-enabled UPDATE that changes a source.
+"""The Session side of the write path: identity-map resync, and the engines to watch.
 
 ``session.execute(update(Model).where(...).values(ts=...))`` with ``synchronize_session``
 'auto', 'evaluate' or 'fetch', and the ORM bulk UPDATE by primary key, write the new
@@ -9,8 +9,18 @@ sharded mapper recomputes, from its committed sources, the shard of such an obje
 sources and shard are loaded and not pending a change. No other object is looked at, and
 no statement pays anything per object the session holds.
 
-A ``do_orm_execute`` listener watches the engine of an ORM bulk INSERT or UPDATE of a
-sharded model (those run no mapper event).
+An ORM bulk INSERT or UPDATE of a sharded model runs no mapper event, so its engine must
+already be watched for the engine hook to see it. An engine is watched when it creates a
+sharded table, flushes a sharded object, is a Spanner engine, or is given to ``watch``;
+the one case left is a process whose engine meets tables that already exist (created by
+a migration, or another process). So once a sharded mapper is configured, a Session
+``after_begin`` listener (once per transaction and connection, never per statement)
+looks, the first time an unwatched engine begins a Session transaction, for a sharded
+table in its database (one ``get_table_names`` per schema, on the dialects that answer
+it without side effects; any other dialect's engine is watched), and watches the engine
+if it holds one. An engine that holds none is not asked again until another sharded table
+is declared, and pays nothing per statement. An app with no sharded model installs no
+Session listener at all.
 """
 
 from __future__ import annotations
@@ -19,12 +29,14 @@ import weakref
 from typing import Any
 
 from sqlalchemy import event
+from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Mapper, Session
 from sqlalchemy.orm.attributes import instance_state, set_committed_value
 
 from sharded_orm.errors import ShardingError
-from sharded_orm.write.engine_hook import watch
-from sharded_orm.write.orm_events import Plan, mapper_plans, sharded_tables
+from sharded_orm.schema.registry import declared_names, registrations
+from sharded_orm.write.attr_events import Plan, mapper_plans, sharded_tables
+from sharded_orm.write.engine_hook import is_watched, root_engine, watch
 
 _plans: weakref.WeakKeyDictionary[Any, list[Plan]] = weakref.WeakKeyDictionary()
 
@@ -67,20 +79,50 @@ def _refresher(plans: list[Plan]) -> Any:
 
 
 def _install_refresher(mapper: Mapper[Any], class_: Any) -> None:
-    """On each mapper with a sharded table (a subclass's plans include its parents')."""
+    """On each mapper with a sharded table (a subclass's plans include its parents');
+    the first one installs the Session listener."""
     if sharded_tables(mapper):
         event.listen(mapper, "refresh", _refresher(_plans_of(mapper)))
+        if not event.contains(Session, "after_begin", _after_begin):
+            event.listen(Session, "after_begin", _after_begin)
 
 
-def _do_orm_execute(orm_execute_state: Any) -> None:
-    if not (orm_execute_state.is_update or orm_execute_state.is_insert):
+#: The dialects whose ``get_table_names`` is a plain catalog read (no side effect, no
+#: error in a healthy transaction); an engine of any other dialect is watched.
+ASKED_DIALECTS = frozenset({"sqlite", "postgresql", "mysql", "mariadb", "mssql", "oracle"})
+
+#: engine -> the registrations() its database was last found to hold no sharded table at
+_clean: weakref.WeakKeyDictionary[Engine, int] = weakref.WeakKeyDictionary()
+
+
+def _after_begin(session: Any, transaction: Any, connection: Any) -> None:
+    engine = root_engine(connection)
+    seen = _clean.get(engine)
+    if seen is not None and seen == registrations():
+        return  # asked already: its database holds no sharded table
+    if is_watched(engine):
         return
-    mapper = orm_execute_state.bind_mapper
-    if mapper is None or not _plans_of(mapper):
-        return
-    # an ORM bulk INSERT/UPDATE runs no mapper event: its engine must be watched now
-    watch(orm_execute_state.session.get_bind(mapper=mapper))
+    if holds_sharded_table(connection):
+        watch(connection)
+    else:
+        _clean[engine] = registrations()
+
+
+def holds_sharded_table(connection: Any) -> bool:
+    """Whether the database of ``connection`` holds a table named as a declared sharded
+    table (case-insensitively: a near miss errs on the side of watching); True for a
+    dialect not in :data:`ASKED_DIALECTS`."""
+    dialect = connection.dialect
+    if dialect.name not in ASKED_DIALECTS:
+        return True
+    for schema, names in declared_names().items():
+        try:
+            held = dialect.get_table_names(connection, schema=schema)
+        except Exception:  # noqa: BLE001 -- unknown to the catalog: watch rather than guess
+            return True
+        if any(h.lower() in names for h in held):
+            return True
+    return False
 
 
 event.listen(Mapper, "mapper_configured", _install_refresher)
-event.listen(Session, "do_orm_execute", _do_orm_execute)

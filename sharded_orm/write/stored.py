@@ -11,11 +11,13 @@ an UPDATE of 2,000 rows costs one or two statements more, not 2,000.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import and_, or_, select, tuple_
+from sqlalchemy import and_, bindparam, func, or_, select, tuple_
 from sqlalchemy.engine import Connection
+from sqlalchemy.sql import sqltypes
 from sqlalchemy.sql.elements import BindParameter
 
 from sharded_orm.spanner import is_spanner
@@ -31,7 +33,11 @@ class StoredRows:
     """``fetch(row, keys)``: the stored values of ``keys`` for the row an UPDATE's WHERE
     names by its full primary key (``pinned``: column key -> bound value), or None when
     there is no such row. The first call for a set of keys reads them for every row of
-    the statement."""
+    the statement.
+
+    A row's key (:meth:`key_of`) is its primary key's value for a one-column key (the
+    common case: no tuple built per row), else the tuple of its values; :meth:`batch` maps
+    each key read to the tuple of the stored values asked for, in their order."""
 
     def __init__(
         self,
@@ -46,7 +52,7 @@ class StoredRows:
         self.pk = list(pk)
         self.pinned = pinned
         self.rows = rows
-        self.read: list[tuple[frozenset[str], dict[tuple[Any, ...], dict[str, Any]]]] = []
+        self.read: list[tuple[tuple[str, ...], dict[Any, tuple[Any, ...]]]] = []
         binds = [pinned[c.key] for c in self.pk]
         #: the row's keys of the primary key's values, when every one is a parameter of the
         #: row (the ORM's statements): read straight from the row
@@ -55,9 +61,11 @@ class StoredRows:
             if all(isinstance(b, BindParameter) and not b.unique for b in binds)
             else None
         )
-        self._keys: list[tuple[Any, ...] | None] | None = None
+        self._keys: list[Any] | None = None
 
-    def key_of(self, row: Mapping[str, Any]) -> tuple[Any, ...] | None:
+    def key_of(self, row: Mapping[str, Any]) -> Any:
+        """The primary key the row's WHERE names (see the class), None when it names none."""
+        values: tuple[Any, ...]
         if self.row_keys is not None:
             try:
                 values = tuple([row[k] for k in self.row_keys])
@@ -65,22 +73,33 @@ class StoredRows:
                 values = tuple([literal_value(self.pinned[c.key], row) for c in self.pk])
         else:
             values = tuple([literal_value(self.pinned[c.key], row) for c in self.pk])
-        return None if any(v is MISSING or v is None for v in values) else values
+        if any(v is MISSING or v is None for v in values):
+            return None
+        return values[0] if len(values) == 1 else values
 
-    def keys(self) -> list[tuple[Any, ...] | None]:
+    def keys(self) -> list[Any]:
         """:meth:`key_of` of each row of the statement, in order (computed once)."""
         if self._keys is None:
-            self._keys = [self.key_of(r) for r in self.rows]
+            rk = self.row_keys
+            if rk is not None and len(rk) == 1:
+                (k,) = rk
+                try:  # the ORM's rows: the key read straight from each
+                    self._keys = [row[k] for row in self.rows]
+                except KeyError:
+                    self._keys = None
+            if self._keys is None:
+                self._keys = [self.key_of(r) for r in self.rows]
         return self._keys
 
-    def batch(self, keys: Sequence[str]) -> dict[tuple[Any, ...], dict[str, Any]]:
-        """The stored values of ``keys`` of every row of the statement, by primary key
-        (:meth:`key_of`), read on the first call for them."""
+    def batch(self, keys: Sequence[str]) -> dict[Any, tuple[Any, ...]]:
+        """The stored values of ``keys`` (a tuple, in that order) of every row of the
+        statement, by primary key (:meth:`key_of`), read on the first call for them."""
+        keys = tuple(keys)
         for have, rows in self.read:
-            if have.issuperset(keys):
+            if have == keys:
                 return rows
         found = self._read(list(keys))
-        self.read.append((frozenset(keys), found))
+        self.read.append((keys, found))
         return found
 
     def __call__(self, row: Mapping[str, Any], keys: list[str]) -> dict[str, Any] | None:
@@ -90,8 +109,8 @@ class StoredRows:
         if hit is None:
             # not read back under the value bound (or no such row): ask the database's
             # own "=", as the UPDATE's WHERE will
-            hit = self._one(row, keys)
-        return hit
+            return self._one(row, keys)
+        return dict(zip(keys, hit, strict=True))
 
     def _one(self, row: Mapping[str, Any], keys: list[str]) -> dict[str, Any] | None:
         where = [c == literal_value(self.pinned[c.key], row) for c in self.pk]
@@ -99,24 +118,79 @@ class StoredRows:
         first = got.first()
         return None if first is None else dict(zip(keys, first, strict=True))
 
-    def _read(self, keys: list[str]) -> dict[tuple[Any, ...], dict[str, Any]]:
+    def _read(self, keys: list[str]) -> dict[Any, tuple[Any, ...]]:
         wanted = list(dict.fromkeys(k for k in self.keys() if k is not None))
         size = BATCH
-        if is_spanner(self.conn.dialect):
+        spanner = is_spanner(self.conn.dialect)
+        if spanner:
             size = min(size, max(1, SPANNER_PARAMETERS // len(self.pk)))
-        cols = [self.table.c[k] for k in keys]
-        found: dict[tuple[Any, ...], dict[str, Any]] = {}
+        found: dict[Any, tuple[Any, ...]] = {}
         n = len(self.pk)
+        as_json = _json_keys(self.conn.dialect, self.pk, wanted)
+        stmt = None if spanner and n > 1 else _select_by_keys(self.table, self.pk, keys, as_json)
         for at in range(0, len(wanted), size):
             chunk = wanted[at : at + size]
-            stmt = select(*self.pk, *cols).where(self._matching(chunk))
-            for got in self.conn.execute(stmt):
-                found[tuple(got[:n])] = dict(zip(keys, got[n:], strict=True))
+            if stmt is not None:
+                got = self.conn.execute(
+                    stmt, {_KEYS: json.dumps(chunk) if as_json else chunk}
+                ).all()
+            else:  # Spanner has no row-value IN: one AND per row
+                cols = [self.table.c[k] for k in keys]
+                match = or_(
+                    *[and_(*[c == v for c, v in zip(self.pk, k, strict=True)]) for k in chunk]
+                )
+                got = self.conn.execute(select(*self.pk, *cols).where(match)).all()
+            if n == 1:
+                found.update([(r[0], r[1:]) for r in got])
+            else:
+                found.update([(r[:n], r[n:]) for r in got])
         return found
 
-    def _matching(self, keys: list[tuple[Any, ...]]) -> Any:
-        if len(self.pk) == 1:
-            return self.pk[0].in_([k[0] for k in keys])
-        if is_spanner(self.conn.dialect):  # no row-value IN there: one AND per row
-            return or_(*[and_(*[c == v for c, v in zip(self.pk, k, strict=True)]) for k in keys])
-        return tuple_(*self.pk).in_(keys)
+
+_KEYS = "sharded_orm_keys"
+_statements: dict[tuple[int, tuple[str, ...], bool], tuple[Any, Any]] = {}
+_INT64 = (-(2**63), 2**63 - 1)
+
+
+def _json_keys(dialect: Any, pk: list[Any], keys: list[Any]) -> bool:
+    """Whether the keys go as one JSON array parameter (``IN (SELECT value FROM
+    json_each(?))``) instead of one parameter each: on SQLite 3.38+ (JSON built in), for a
+    one-column key of a plain Integer or String type (no Python conversion on bind) and
+    keys that JSON carries exactly (int64 ints, strings). SQLAlchemy's expanding IN costs
+    more per key than the row it reads."""
+    if dialect.name != "sqlite" or len(pk) != 1:
+        return False
+    if getattr(dialect.dbapi, "sqlite_version_info", (0,)) < (3, 38):
+        return False
+    type_ = pk[0].type
+    if type(type_) not in _JSON_TYPES or type_._cached_bind_processor(dialect) is not None:
+        return False
+    lo, hi = _INT64
+    return all((k.__class__ is int and lo <= k <= hi) or k.__class__ is str for k in keys)
+
+
+_JSON_TYPES = frozenset(
+    {sqltypes.Integer, sqltypes.BigInteger, sqltypes.SmallInteger, sqltypes.String}
+)
+
+
+def _select_by_keys(table: Any, pk: list[Any], keys: list[str], as_json: bool) -> Any:
+    """``SELECT <key>, <keys> FROM table WHERE <key> IN (<the keys>)``, built once per
+    table and columns: a statement made with ``in_(values)`` checks every value as it is
+    built, which cost more than the rows it reads. The keys are one expanding parameter,
+    or one JSON array (:func:`_json_keys`)."""
+    at = (id(table), tuple(keys), as_json)
+    hit = _statements.get(at)
+    if hit is not None and hit[0] is table:
+        return hit[1]
+    if as_json:
+        values = func.json_each(bindparam(_KEYS, type_=sqltypes.String())).table_valued("value")
+        match = pk[0].in_(select(values.c.value).scalar_subquery())
+    else:
+        where = pk[0] if len(pk) == 1 else tuple_(*pk)
+        match = where.in_(bindparam(_KEYS, expanding=True))
+    stmt = select(*pk, *[table.c[k] for k in keys]).where(match)
+    if len(_statements) > 1024:
+        _statements.clear()
+    _statements[at] = (table, stmt)
+    return stmt

@@ -42,7 +42,17 @@ Queues = dict[tuple[int, int], deque[Record]]
 _pending: weakref.WeakKeyDictionary[Any, Queues] = weakref.WeakKeyDictionary()
 #: connection -> (id of the statement cache, id of the table) -> primary key -> write-backs
 Target = tuple[dict[str, Any], str, str, bool]
-Updates = dict[tuple[int, int], dict[tuple[Any, ...], list[Target]]]
+
+
+class Expected(dict[Any, list[Target]]):
+    """Primary key (its value for a one-column key, else the tuple) -> the write-backs of
+    one table's flush UPDATEs; ``derived`` is True once one of them carries a key shard the
+    library derived before the later listeners ran (the hook computes it again)."""
+
+    derived = False
+
+
+Updates = dict[tuple[int, int], Expected]
 _updates: weakref.WeakKeyDictionary[Any, Updates] = weakref.WeakKeyDictionary()
 
 
@@ -93,33 +103,40 @@ def take(
     return True if changed is None else changed
 
 
-def expect_update(
-    connection: Any,
-    cache: Any,
-    table: Any,
-    key: tuple[Any, ...],
-    target: Target,
-) -> None:
-    """The flush's UPDATE of the row of primary key ``key`` in ``table`` will get its shard
-    from the engine hook: ``target`` is (the object's __dict__, its shard attribute, the
-    shard's column key, whether the row carries a shard the library derived before a
-    later listener could change a source: computed again), where the hook writes the
-    shard it sends."""
+def updates_of(connection: Any) -> Updates:
+    """The write-backs recorded for ``connection`` (created on use; cleared, not replaced,
+    by :func:`forget`: a caller may keep it while it holds the connection)."""
     updates = _updates.get(connection)
     if updates is None:
         updates = _updates[connection] = {}
-    by_key = updates.setdefault((id(cache), id(table)), {})
-    targets = by_key.setdefault(key, [])
+    return updates
+
+
+def expected(updates: Updates, cache: Any, table: Any) -> Expected:
+    """The write-backs of the flush's UPDATEs of ``table`` sent with ``cache`` (the
+    mapper's statement cache) as their compiled cache, by primary key (created on use);
+    ``updates``: :func:`updates_of` the flush's connection. ``before_update`` adds to it:
+    the object's __dict__, its shard attribute, the shard's column key, and whether the row
+    carries a key shard the library derived before a later listener could change a source
+    (computed again by the hook, which then sets ``derived``)."""
+    at = (id(cache), id(table))
+    by_key = updates.get(at)
+    if by_key is None:
+        by_key = updates[at] = Expected()
+    return by_key
+
+
+def expect_update(targets: list[Target], target: Target) -> None:
+    """One more write-back for a row (the flush may send several UPDATEs of one row)."""
     if target not in targets:
         targets.append(target)
 
 
-def updated_objects(
-    connection: Any, options: Any, table: Any
-) -> dict[tuple[Any, ...], list[Target]] | None:
+def updated_objects(connection: Any, options: Any, table: Any) -> Expected | None:
     """The write-backs :func:`expect_update` recorded for the flush's UPDATEs of ``table``
     run with ``options`` (the flush may send several: one per set of changed columns), by
-    primary key; the caller pops those it uses. None for any other statement."""
+    primary key (see :class:`Expected`); the caller pops those it uses. None for any
+    other statement."""
     updates = _updates.get(connection)
     if not updates:
         return None
