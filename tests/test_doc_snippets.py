@@ -307,6 +307,8 @@ exec(ENV_PY)
 """,
 }
 
+PAGE_SETUP["observability.md"] = LOG_ENTRY
+
 #: run after a page's last block: what the page's snippets must have done
 PAGE_CHECK: dict[str, str] = {
     "at_scale.md": """
@@ -659,6 +661,10 @@ RUN: set[tuple[str, str]] = {
 
 #: every other block, and why it does not run here (page, start of its first line) -> reason
 NOT_RUN: dict[tuple[str, str], str] = {
+    ("observability.md", "pip install -e '.[otel]'"): "installs the extra (network); the "
+    "dev install every test runs in has it",
+    ("observability.md", "python examples/trace_pictures.py docs/img"): "draws the page's "
+    "two pictures on the emulator (a minute); run by hand when the spans change",
     ("README.md", "python -m venv .venv"): "creates a venv and installs from PyPI (network, "
     "minutes): walked by hand in a fresh venv (issue 24)",
     ("README.md", "python examples/activity_log.py"): "the example runs in "

@@ -381,6 +381,8 @@ fixed_offsets = st.builds(
         min_value=-dt.timedelta(hours=23, minutes=59), max_value=dt.timedelta(hours=23, minutes=59)
     ),
 )
+
+
 def _power_of_ten(sign_and_exponent: tuple[int, int]) -> int:
     sign, exponent = sign_and_exponent
     return sign * 10**exponent

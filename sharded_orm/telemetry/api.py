@@ -27,6 +27,8 @@ _cache: dict[str, tuple[Any, Any]] = {}
 #: (asking costs microseconds: an operation pays it at most once a second)
 RECHECK_SECONDS = 1.0
 _idle_until: dict[str, float] = {"tracer_provider": 0.0, "meter_provider": 0.0}
+#: kind -> (tracer or meter, monotonic time until which it is taken without asking again)
+_settled: dict[str, tuple[Any, float]] = {}
 
 
 def _api() -> tuple[Any, Any] | None:
@@ -61,11 +63,16 @@ def configure(*, tracer_provider: Any = None, meter_provider: Any = None) -> Non
         _given["tracer_provider"] = tracer_provider
         _given["meter_provider"] = meter_provider
         _cache.clear()
+        _settled.clear()
         _idle_until.update(dict.fromkeys(_idle_until, 0.0))
 
 
 def _resolve(kind: str) -> Any:
-    if _idle_until[kind] > time.monotonic():
+    now = time.monotonic()
+    settled = _settled.get(kind)
+    if settled is not None and settled[1] > now:
+        return settled[0]
+    if _idle_until[kind] > now:
         return None
     modules = _api()
     if modules is None:
@@ -85,6 +92,7 @@ def _resolve(kind: str) -> Any:
             return None
     cached = _cache.get(kind)
     if cached is not None and cached[0] is provider:
+        _settled[kind] = (cached[1], now + RECHECK_SECONDS)
         return cached[1]
     from sharded_orm.telemetry.version import version
 
@@ -93,6 +101,7 @@ def _resolve(kind: str) -> Any:
     else:
         made = provider.get_meter(SCOPE, version(), schema_url=SCHEMA_URL)
     _cache[kind] = (provider, made)
+    _settled[kind] = (made, now + RECHECK_SECONDS)
     return made
 
 

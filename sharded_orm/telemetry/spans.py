@@ -232,13 +232,18 @@ def _recorded(
             yield _IDLE
             return
         trace = api.trace_module()
+        span_attrs = attrs
+        if figures:
+            span_attrs = dict(attrs)
+            span_attrs.update(
+                (NAMESPACE + k, _attribute(v)) for k, v in figures.items() if v is not None
+            )
         with tracer.start_as_current_span(
             f"{name} {table}" if table else name,
             kind=trace.SpanKind.CLIENT,
-            attributes=attrs,
+            attributes=span_attrs,
         ) as span:
             op = Operation(span)
-            op.set(**figures)
             token = _current.set(op)
             try:
                 yield op
