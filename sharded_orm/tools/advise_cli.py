@@ -14,6 +14,7 @@ from sharded_orm.tools.contract import (
     emit,
     envelope,
     output_args,
+    tenant_mix,
 )
 from sharded_orm.tools.targets import TARGET_HELP, load_target
 
@@ -47,15 +48,7 @@ def _sample(args: argparse.Namespace) -> Any:
         )
     from sharded_orm.tools.simulate import Workload
 
-    weights = None
-    if args.tenant_weights:
-        try:
-            weights = tuple(float(x) for x in args.tenant_weights.split(","))
-        except ValueError:
-            raise ShardingError(
-                f"--tenant-weights takes numbers separated by commas, got {args.tenant_weights!r}"
-            ) from None
-    tenants = args.tenants if args.tenants is not None else len(weights or (1,))
+    tenants, weights = tenant_mix(args)
     return Workload(
         rows_per_second=args.rows_per_second, duration=args.duration, tenants=tenants,
         zipf=args.zipf, tenant_weights=weights, seed=args.seed,

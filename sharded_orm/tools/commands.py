@@ -19,6 +19,7 @@ from sharded_orm.tools.contract import (
     emit,
     envelope,
     output_args,
+    tenant_mix,
 )
 from sharded_orm.tools.database import add_backfill, add_verify, create_engine
 from sharded_orm.tools.fix_cli import add_fix_args, run_fix
@@ -91,15 +92,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     from sharded_orm.tools.simulate import Instance, Workload, simulate
 
     schemas = simulate_schemas(args.targets)
-    weights = None
-    if args.tenant_weights:
-        try:
-            weights = tuple(float(x) for x in args.tenant_weights.split(","))
-        except ValueError:
-            raise ShardingError(
-                f"--tenant-weights takes numbers separated by commas, got {args.tenant_weights!r}"
-            ) from None
-    tenants = args.tenants if args.tenants is not None else len(weights or (1,))
+    tenants, weights = tenant_mix(args)
     workload = Workload(
         rows_per_second=args.rows_per_second,
         duration=args.duration,

@@ -109,3 +109,18 @@ def output_args(p: argparse.ArgumentParser, *, heatmap: bool = False) -> None:
         help="text for people, json for programs (one envelope: command, version, summary, "
         "findings or results)",
     )
+
+
+def tenant_mix(args: argparse.Namespace) -> tuple[int, tuple[float, ...] | None]:
+    """``--tenants`` and ``--tenant-weights`` as a workload takes them: the tenant count
+    (the weights' count when not given) and the weights, refused unless numbers."""
+    weights = None
+    if args.tenant_weights:
+        try:
+            weights = tuple(float(x) for x in args.tenant_weights.split(","))
+        except ValueError:
+            raise ShardingError(
+                f"--tenant-weights takes numbers separated by commas, got {args.tenant_weights!r}"
+            ) from None
+    tenants = args.tenants if args.tenants is not None else len(weights or (1,))
+    return tenants, weights
