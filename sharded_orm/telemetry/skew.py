@@ -114,24 +114,18 @@ def _instruments(meter: Any) -> Any:
             unit="{row}",
             description="Rows written to a sharded table, per shard column.",
         )
-        meter.create_observable_gauge(
-            "sharded_orm.shard.skew",
-            callbacks=[_observe_skew],
-            unit="1",
-            description="Busiest shard's rows over the mean, over the sliding window.",
+        gauges = (
+            ("skew", _observe_skew, "1", "Busiest shard's rows over the mean, in the window."),
+            ("busiest_rate", _observe_rate, "{row}/s", "The busiest shard's rows/s in the window."),
+            ("window_rows", _observe_rows, "{row}", "Rows written in the sliding window."),
         )
-        meter.create_observable_gauge(
-            "sharded_orm.shard.busiest_rate",
-            callbacks=[_observe_rate],
-            unit="{row}/s",
-            description="The busiest shard's rows per second over the sliding window.",
-        )
-        meter.create_observable_gauge(
-            "sharded_orm.shard.window_rows",
-            callbacks=[_observe_rows],
-            unit="{row}",
-            description="Rows written in the sliding window the skew is computed over.",
-        )
+        for name, callback, unit, description in gauges:
+            meter.create_observable_gauge(
+                "sharded_orm.shard." + name,
+                callbacks=[callback],
+                unit=unit,
+                description=description,
+            )
         made = (meter, counter)
         _tracking["instruments"] = made
     return made[1]
