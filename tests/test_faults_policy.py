@@ -244,7 +244,8 @@ def test_max_retries_is_checked(max_retries: Any, error: type[Exception]) -> Non
 
 
 def test_retry_is_layer_zero() -> None:
-    """Only the standard library and sharded_orm.errors: usable from every layer."""
+    """Only the standard library, sharded_orm.errors and the telemetry's retry hook (layer
+    0 too, with OpenTelemetry imported only once an SDK records): usable from every layer."""
     import ast
 
     import sharded_orm.retry as module
@@ -257,6 +258,16 @@ def test_retry_is_layer_zero() -> None:
         for a in n.names
     }
     ours = {m for m in imported if m.split(".")[0] == "sharded_orm"}
-    assert ours == {"sharded_orm.errors"}
+    assert ours == {"sharded_orm.errors", "sharded_orm.telemetry.spans"}
+    spans = ast.parse(Path(sys.modules["sharded_orm.telemetry.spans"].__file__ or "").read_text())
+    top_level = {
+        (n.module or "") if isinstance(n, ast.ImportFrom) else a.name
+        for n in spans.body
+        if isinstance(n, (ast.Import, ast.ImportFrom))
+        for a in n.names
+    }
+    assert {m for m in top_level if m.split(".")[0] == "sharded_orm"} == {"sharded_orm.telemetry"}
+    assert all(m.split(".")[0] in sys.stdlib_module_names | {"__future__", "sharded_orm"}
+               for m in top_level)  # fmt: skip
     assert all(m.split(".")[0] in sys.stdlib_module_names | {"__future__", "sharded_orm"}
                for m in imported)  # fmt: skip
