@@ -118,7 +118,7 @@ def test_plain_tables_and_columns_get_no_info() -> None:
         id: Mapped[int] = mapped_column(primary_key=True)
         name: Mapped[str]
 
-    sa.orm.configure_mappers()
+    B.registry.configure()
     for c in (*t.columns, *Plain.__table__.columns):
         assert "info" not in c.__dict__, c
     assert "info" not in t.__dict__

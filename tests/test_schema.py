@@ -309,7 +309,11 @@ def _model(*table_args: Any, extra: dict[str, Any] | None = None) -> type:
         "__table_args__": table_args,
         **(extra or {}),
     }
-    return type("M", (B,), ns)
+    try:
+        return type("M", (B,), ns)
+    except Exception:
+        B.registry.dispose()  # a refused model leaves no mapper for a later configure
+        raise
 
 
 @pytest.mark.parametrize(

@@ -314,13 +314,18 @@ def _declare(**shard_kwargs: object) -> type:
     class B(DeclarativeBase):
         pass
 
-    class M(B):
-        __tablename__ = "m"
-        id: Mapped[int] = mapped_column(primary_key=True)
-        a: Mapped[str]
-        f: Mapped[float]
-        s: Mapped[int] = shard_column(*shard_kwargs.pop("sources", ("a",)), **shard_kwargs)  # type: ignore[arg-type]
+    try:
 
+        class M(B):
+            __tablename__ = "m"
+            id: Mapped[int] = mapped_column(primary_key=True)
+            a: Mapped[str]
+            f: Mapped[float]
+            s: Mapped[int] = shard_column(*shard_kwargs.pop("sources", ("a",)), **shard_kwargs)  # type: ignore[arg-type]
+
+    except Exception:
+        B.registry.dispose()  # a refused model leaves no mapper for a later configure
+        raise
     return M
 
 

@@ -32,7 +32,6 @@ from sqlalchemy.orm import (
     DeclarativeBase,
     Mapped,
     Session,
-    configure_mappers,
     make_transient,
     make_transient_to_detached,
     mapped_column,
@@ -264,7 +263,7 @@ def test_a_wrong_shard_given_to_a_loaded_object_is_refused(eng: sa.Engine) -> No
 def upper_casing_listeners() -> Iterator[None]:
     """An application's listeners registered after the mappers are configured (after
     the library's own), which normalise a source."""
-    configure_mappers()
+    Base.registry.configure()
 
     def upper(mapper: Any, connection: Any, target: Any) -> None:
         target.tenant = target.tenant.upper()
@@ -504,7 +503,7 @@ class ListenedTransitions(Transitions):
 
     def __init__(self) -> None:
         super().__init__()
-        configure_mappers()
+        Base.registry.configure()
         event.listen(Item, "before_insert", _upper)
         event.listen(Item, "before_update", _upper)
 
