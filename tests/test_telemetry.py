@@ -72,6 +72,46 @@ def test_a_failed_operation_says_its_error_type(otel: Recorded) -> None:
     assert point.attributes["error.type"] == "sharded_orm.errors.ShardConfigError"
 
 
+def test_a_sampled_out_operation_records_its_duration_and_no_figures() -> None:
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
+
+    exporter, reader = InMemorySpanExporter(), InMemoryMetricReader()
+    provider = TracerProvider(sampler=ALWAYS_OFF)
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    telemetry.configure(tracer_provider=provider, meter_provider=MeterProvider([reader]))
+    try:
+        with telemetry.operation("merged", None, "Events", shards=16) as op:
+            assert not op.recording  # the figures are not even computed into attributes
+            op.set(statements=1)
+            assert not trace.get_current_span().get_span_context().trace_flags.sampled
+        with pytest.raises(ShardConfigError), telemetry.operation("merged", None, "Events"):
+            raise ShardConfigError("no")
+        assert exporter.get_finished_spans() == ()
+        data = reader.get_metrics_data()
+        (metric,) = [
+            m for rm in data.resource_metrics for sm in rm.scope_metrics for m in sm.metrics
+        ]
+        errors = [p.attributes.get("error.type") for p in metric.data.data_points]
+        assert sorted(errors, key=str) == [None, "sharded_orm.errors.ShardConfigError"]
+    finally:
+        telemetry.configure()
+
+
+def test_the_described_attributes_are_copies_the_caller_cannot_spoil(otel: Recorded) -> None:
+    engine = sa.create_engine("sqlite://")
+    for rows in (1, 2):
+        with engine.connect() as conn, telemetry.operation("merged", conn, "Events") as op:
+            op.set(rows=rows)
+    first, second = otel.spans("merged Events")
+    assert first.attributes["sharded_orm.rows"] == 1 and second.attributes["sharded_orm.rows"] == 2
+    assert "sharded_orm.rows" not in telemetry.database_attributes(engine, "merged", "Events")
+
+
 def test_spanner_namespace_and_server() -> None:
     from sqlalchemy.engine import make_url
 
@@ -98,6 +138,22 @@ def test_progress_sets_figures_and_few_events(otel: Recorded) -> None:
     assert span.attributes["sharded_orm.rows_done"] == 900
     assert list(span.attributes["sharded_orm.resume_position"]) == ["900", "x"]
     assert len([e for e in span.events if e.name == "progress"]) == 1  # at most one per 5 s
+
+
+def test_rows_written_counts_on_after_the_window_moves_past_them(otel: Recorded) -> None:
+    import time
+
+    skew.configure_window(0.3, buckets=1)
+    try:
+        telemetry.rows_written("Events", "ShardId", 4, [0, 1, 1])
+        time.sleep(0.35)
+        telemetry.rows_written("Events", "ShardId", 4, [2])
+        rows = _gauge(otel, "sharded_orm.shard.window_rows")
+        assert rows == {("Events", "ShardId"): 1}  # the window holds the last write only
+        (point,) = otel.points("sharded_orm.shard.rows_written")
+        assert point.value == 4 and point.attributes["db.collection.name"] == "Events"
+    finally:
+        skew.configure_window(skew.DEFAULT_WINDOW, skew.DEFAULT_BUCKETS)
 
 
 def test_configure_refuses_what_is_no_provider() -> None:

@@ -6,12 +6,15 @@ rows over the mean (rows in the window / the column's shard count): 1.0 is an ev
 ``count`` means every row went to one shard. Exported, when a meter provider is configured,
 as the gauge ``sharded_orm.shard.skew`` beside ``sharded_orm.shard.busiest_rate`` (the
 busiest shard's rows/s, the figure to hold against a split's capacity),
-``sharded_orm.shard.window_rows`` and the counter ``sharded_orm.shard.rows_written``; read
-in Python with :func:`write_skew`. Rows written by ``bulk_load``, copies and backfills are
+``sharded_orm.shard.window_rows`` and the counter ``sharded_orm.shard.rows_written`` (rows
+counted since the window was made; it starts again from 0 after :func:`configure_window`);
+read in Python with :func:`write_skew`. Rows written by ``bulk_load``, copies and backfills are
 not counted: they spread their writes by key range themselves.
 
 Counting costs one ``Counter.update`` per statement (per flush batch), and only while a
 meter provider is configured (or :func:`track` was called): with none, nothing is kept.
+No instrument is called per statement: every figure, the counter's too, is observed
+from the windows when the app's metric reader collects.
 """
 
 from __future__ import annotations
@@ -27,8 +30,10 @@ from sharded_orm.checks import check_seconds
 from sharded_orm.telemetry import api
 
 #: seconds of writes the skew looks back over, and the steps the window moves by
-SKEW_WINDOW = 60.0
-SKEW_BUCKETS = 6
+DEFAULT_WINDOW = 60.0
+DEFAULT_BUCKETS = 6
+SKEW_WINDOW = DEFAULT_WINDOW
+SKEW_BUCKETS = DEFAULT_BUCKETS
 
 
 @dataclass(frozen=True)
@@ -51,10 +56,11 @@ class SkewFigure:
 
 
 class _Window:
-    __slots__ = ("shards", "buckets", "starts", "lock")
+    __slots__ = ("shards", "buckets", "starts", "lock", "total")
 
     def __init__(self, shards: int) -> None:
         self.shards = shards
+        self.total = 0  # rows counted since the window was made (the cumulative counter)
         self.buckets: list[Counter[int]] = [Counter() for _ in range(SKEW_BUCKETS)]
         self.starts = [0.0] * SKEW_BUCKETS
         self.lock = threading.Lock()
@@ -68,9 +74,10 @@ class _Window:
             self.buckets[i] = Counter()
         return self.buckets[i]
 
-    def add(self, shards: Iterable[int], now: float) -> None:
+    def add(self, shards: list[int] | tuple[int, ...], now: float) -> None:
         with self.lock:
             self._bucket(now).update(shards)
+            self.total += len(shards)
 
     def totals(self, now: float) -> Counter[int]:
         step = SKEW_WINDOW / SKEW_BUCKETS
@@ -93,7 +100,7 @@ def track(on: bool = True) -> None:
     _tracking["forced"] = bool(on)
 
 
-def configure_window(seconds: float, buckets: int = SKEW_BUCKETS) -> None:
+def configure_window(seconds: float, buckets: int = DEFAULT_BUCKETS) -> None:
     """Change the sliding window (clears what was counted)."""
     global SKEW_WINDOW, SKEW_BUCKETS
     seconds = check_seconds(seconds, "skew window")
@@ -106,41 +113,47 @@ def configure_window(seconds: float, buckets: int = SKEW_BUCKETS) -> None:
         _windows.clear()
 
 
-def _instruments(meter: Any) -> Any:
-    made = _tracking["instruments"]
-    if made is None or made[0] is not meter:
-        counter = meter.create_counter(
+_GAUGES = (
+    ("skew", "1", "Busiest shard's rows over the mean, in the window."),
+    ("busiest_rate", "{row}/s", "The busiest shard's rows/s in the window."),
+    ("window_rows", "{row}", "Rows written in the sliding window."),
+)
+
+
+def _instruments(meter: Any) -> None:
+    """Declare the observed instruments on ``meter``, once per meter."""
+    if _tracking["instruments"] is meter:
+        return
+    with _windows_lock:
+        if _tracking["instruments"] is meter:
+            return
+        meter.create_observable_counter(
             "sharded_orm.shard.rows_written",
+            callbacks=[_observe_written],
             unit="{row}",
             description="Rows written to a sharded table, per shard column.",
         )
-        gauges = (
-            ("skew", _observe_skew, "1", "Busiest shard's rows over the mean, in the window."),
-            ("busiest_rate", _observe_rate, "{row}/s", "The busiest shard's rows/s in the window."),
-            ("window_rows", _observe_rows, "{row}", "Rows written in the sliding window."),
-        )
-        for name, callback, unit, description in gauges:
+        for name, unit, description in _GAUGES:
             meter.create_observable_gauge(
                 "sharded_orm.shard." + name,
-                callbacks=[callback],
+                callbacks=[_GAUGE_CALLBACKS[name]],
                 unit=unit,
                 description=description,
             )
-        made = (meter, counter)
-        _tracking["instruments"] = made
-    return made[1]
+        _tracking["instruments"] = meter
 
 
 def counting() -> bool:
     """Whether writes are counted now (a meter provider is configured, or :func:`track`)."""
-    return bool(_tracking["forced"]) or api.meter() is not None
-
-
-def rows_written(table: str, column: str, shard_count: int, shards: Iterable[int]) -> None:
-    """Count rows written to ``table`` with these values of shard column ``column``."""
     meter = api.meter()
-    if meter is None and not _tracking["forced"]:
-        return
+    if meter is not None:
+        _instruments(meter)
+        return True
+    return bool(_tracking["forced"])
+
+
+def count(table: str, column: str, shard_count: int, shards: list[int] | tuple[int, ...]) -> None:
+    """Count rows written with these shard values, once :func:`counting` said yes."""
     key = (table, column)
     window = _windows.get(key)
     if window is None or window.shards != shard_count:
@@ -148,11 +161,17 @@ def rows_written(table: str, column: str, shard_count: int, shards: Iterable[int
             window = _windows.get(key)
             if window is None or window.shards != shard_count:
                 window = _windows[key] = _Window(shard_count)
-    values = shards if isinstance(shards, (list, tuple)) else list(shards)
-    window.add(values, time.monotonic())
-    if meter is not None:
-        _instruments(meter).add(
-            len(values), {"db.collection.name": table, "sharded_orm.shard.column": column}
+    window.add(shards, time.monotonic())
+
+
+def rows_written(table: str, column: str, shard_count: int, shards: Iterable[int]) -> None:
+    """Count rows written to ``table`` with these values of shard column ``column``."""
+    if counting():
+        count(
+            table,
+            column,
+            shard_count,
+            shards if isinstance(shards, (list, tuple)) else list(shards),
         )
 
 
@@ -185,6 +204,17 @@ def _observations(value: Any) -> list[Any]:
     ]
 
 
+def _observe_written(options: Any) -> list[Any]:
+    from opentelemetry.metrics import Observation
+
+    with _windows_lock:
+        windows = list(_windows.items())
+    return [
+        Observation(window.total, {"db.collection.name": table, "sharded_orm.shard.column": column})
+        for (table, column), window in windows
+    ]
+
+
 def _observe_skew(options: Any) -> list[Any]:
     return _observations(lambda f: f.skew)
 
@@ -195,6 +225,13 @@ def _observe_rate(options: Any) -> list[Any]:
 
 def _observe_rows(options: Any) -> list[Any]:
     return _observations(lambda f: f.rows)
+
+
+_GAUGE_CALLBACKS = {
+    "skew": _observe_skew,
+    "busiest_rate": _observe_rate,
+    "window_rows": _observe_rows,
+}
 
 
 def reset() -> None:

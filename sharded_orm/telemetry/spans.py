@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from contextvars import ContextVar
 from typing import Any, ParamSpec, TypeVar
 
@@ -217,51 +217,81 @@ def operation(
     meter = api.meter()
     if tracer is None and meter is None:
         return _IDLE
-    return _recorded(tracer, meter, name, bind, table, figures)
+    return _Recorded(tracer, meter, name, bind, table, figures)
 
 
-@contextmanager
-def _recorded(
-    tracer: Any, meter: Any, name: str, bind: Any, table: str | None, figures: dict[str, Any]
-) -> Iterator[Operation]:
-    attrs = database_attributes(bind, name, table)
-    start = time.perf_counter()
-    error: str | None = None
+#: (dialect, url, operation, table) -> (span attributes, metric attributes), computed once
+_described: dict[tuple[Any, Any, str, str | None], tuple[dict[str, Any], dict[str, Any]]] = {}
+
+
+def _describe(bind: Any, name: str, table: str | None) -> tuple[dict[str, Any], dict[str, Any]]:
+    dialect, url = _dialect_and_url(bind)
+    key = (dialect, url, name, table)
     try:
-        if tracer is None:
-            yield _IDLE
-            return
-        trace = api.trace_module()
-        span_attrs = attrs
-        if figures:
-            span_attrs = dict(attrs)
-            span_attrs.update(
-                (NAMESPACE + k, _attribute(v)) for k, v in figures.items() if v is not None
-            )
-        with tracer.start_as_current_span(
+        found = _described.get(key)
+    except TypeError:  # an unhashable URL of some other library: not kept
+        found, key = None, None  # type: ignore[assignment]
+    if found is None:
+        attrs = database_attributes(bind, name, table)
+        found = (attrs, {k: attrs[k] for k in _METRIC_KEYS if k in attrs})
+        if key is not None:
+            if len(_described) >= 512:
+                _described.clear()
+            _described[key] = found
+    return found
+
+
+class _Recorded:
+    """One recorded operation: the SDK's own current-span context manager (which records
+    the exception and status), our ``Operation`` in the context, and the duration."""
+
+    __slots__ = ("_tracer", "_meter", "_name", "_table", "_attrs", "_figures", "_start",
+                 "_span_cm", "_token", "_op")  # fmt: skip
+
+    def __init__(
+        self, tracer: Any, meter: Any, name: str, bind: Any, table: str | None, figures: Any
+    ) -> None:
+        self._tracer, self._meter, self._name, self._table = tracer, meter, name, table
+        self._attrs = _describe(bind, name, table)
+        self._figures = figures
+        self._span_cm: Any = None
+        self._token: Any = None
+        self._op: Operation = _IDLE
+
+    def __enter__(self) -> Operation:
+        self._start = time.perf_counter()
+        if self._tracer is None:
+            return _IDLE
+        span_attrs = self._attrs[0]
+        if self._figures:
+            span_attrs = dict(span_attrs)
+            for k, v in self._figures.items():
+                if v is not None:
+                    span_attrs[NAMESPACE + k] = _attribute(v)
+        table, name = self._table, self._name
+        self._span_cm = self._tracer.start_as_current_span(
             f"{name} {table}" if table else name,
-            kind=trace.SpanKind.CLIENT,
+            kind=api.trace_module().SpanKind.CLIENT,
             attributes=span_attrs,
-        ) as span:
-            op = Operation(span)
-            token = _current.set(op)
-            try:
-                yield op
-            except BaseException as e:
-                error = _error_type(e)
-                span.set_attribute("error.type", error)
-                raise
-            finally:
-                _current.reset(token)
-    except BaseException as e:
-        error = error or _error_type(e)
-        raise
-    finally:
-        if meter is not None:
-            metric_attrs = {k: attrs[k] for k in _METRIC_KEYS if k in attrs}
-            if error is not None:
-                metric_attrs["error.type"] = error
-            _duration_histogram(meter).record(time.perf_counter() - start, metric_attrs)
+        )
+        span = self._span_cm.__enter__()
+        # a span the sampler dropped takes no attributes: figures are not even made
+        self._op = op = Operation(span if span.is_recording() else None)
+        self._token = _current.set(op)
+        return op
+
+    def __exit__(self, kind: Any, error: BaseException | None, tb: Any) -> None:
+        error_type = None if error is None else _error_type(error)
+        if self._span_cm is not None:
+            _current.reset(self._token)
+            if error_type is not None and self._op._span is not None:
+                self._op._span.set_attribute("error.type", error_type)
+            self._span_cm.__exit__(kind, error, tb)
+        if self._meter is not None:
+            metric_attrs = self._attrs[1]
+            if error_type is not None:
+                metric_attrs = {**metric_attrs, "error.type": error_type}
+            _duration_histogram(self._meter).record(time.perf_counter() - self._start, metric_attrs)
 
 
 def _error_type(e: BaseException) -> str:

@@ -203,15 +203,13 @@ def _before_execute(
     execution_options: Any,
 ) -> tuple[Any, list[dict[str, Any]], dict[str, Any]]:
     sent = _shard_rows(conn, elem, multiparams, params, execution_options)
-    if skew.counting():
+    if isinstance(sent[0], (Insert, Update)) and skew.counting():
         _count_shards(*sent)
     return sent
 
 
 def _count_shards(elem: Any, multiparams: list[dict[str, Any]], params: dict[str, Any]) -> None:
     """Rows sent to each shard of the statement's table, for the write-skew gauge."""
-    if not isinstance(elem, (Insert, Update)):
-        return
     table = statement_table(elem)
     shards = write_shards(table)
     if not shards:
@@ -223,7 +221,7 @@ def _count_shards(elem: Any, multiparams: list[dict[str, Any]], params: dict[str
         key = sc.key
         found = [row[key] for row in rows if isinstance(row.get(key), int)]
         if found:
-            skew.rows_written(table.name, sc.name, sc.count, found)
+            skew.count(table.name, sc.name, sc.count, found)
 
 
 def _shard_rows(
