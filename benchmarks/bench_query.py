@@ -30,6 +30,10 @@ rows read are index entries, counted from the loaded data: a branch (one shard, 
 by the index) reads its index range until its LIMIT or the bound it stops at, whichever
 comes first; the one query reads every row of the range. ``bound`` is merged()'s own upper bound
 (``MergeStats.server_rows_read``: it cannot know how many rows a shard holds).
+``thread x one`` is the median ratio of the calling thread's CPU alone (``thread_time``:
+SQLAlchemy, the library, the DB-API and the decoding of the results, without the wait
+that gRPC's own threads spend), the share of a read that does not depend on how long the
+server takes.
 
 Then a page() walk of the N = 16 table against an unsharded keyset walk (one
 ``WHERE (ts, id) < cursor ORDER BY ts DESC, id LIMIT size`` statement per page):
@@ -150,6 +154,7 @@ def count_statements(engine: sa.Engine) -> tuple[list[int], list[Any]]:
 
 
 WALL: list[float] = [0.0]  # wall seconds of the last cpu() call
+THREAD: list[float] = [0.0]  # CPU ms of the calling thread alone in the last cpu() call
 TEXTS: list[str] = []  # the statements sent since the last cpu() call
 
 
@@ -178,8 +183,9 @@ def cpu(fn: Any) -> tuple[Any, float]:
     client about 2 ms of CPU per second a statement waits on the server, and the
     emulator answers a fan-out over 30,000 rows in seconds, where Spanner takes ms."""
     TEXTS.clear()
-    start, wall = time.process_time(), time.perf_counter()
+    start, wall, own = time.process_time(), time.perf_counter(), time.thread_time()
     out = fn()
+    THREAD[0] = (time.thread_time() - own) * 1000
     WALL[0] = time.perf_counter() - wall
     return out, (time.process_time() - start) * 1000
 
@@ -194,7 +200,7 @@ def main() -> None:
     print(
         f"{'N':>3} {'k':>5}  {'strategy':<20}{'stmts':>6}{'rows':>7}{'keys':>7}"
         f"{'server rows':>12}{'bound':>7}{'CPU ms':>9}{'parse':>7}{'x one':>7}{'(best)':>7}"
-        f"{'x one min/med/max':>19}{'x per-shard':>12}{'wall s':>8}"
+        f"{'x one min/med/max':>19}{'x per-shard':>12}{'wall s':>8}{'thread x one':>14}"
     )
     with local_emulator() as emulator:
         db_id = emulator.create_database()
@@ -217,10 +223,17 @@ def main() -> None:
                     ]
                     paired = statistics.median(ratios)
                     spread = f"{min(ratios):.2f}/{paired:.2f}/{max(ratios):.2f}"
+                    own = [
+                        m / o
+                        for m, o in zip(
+                            ROUND_THREAD_MS[name], ROUND_THREAD_MS["one query"], strict=True
+                        )
+                    ]
                     print(
                         f"{n:>3} {k:>5}  {name:<20}{st:>6}{rows:>7}{key_rows:>7}"
                         f"{read:>12}{bound:>7}{ms:>9.1f}{parse:>7.1f}{paired:>7.2f}"
-                        f"{ms / one:>7.2f}{spread:>19}{ms / per_shard:>12.2f}{wall:>8.2f}",
+                        f"{ms / one:>7.2f}{spread:>19}{ms / per_shard:>12.2f}{wall:>8.2f}"
+                        f"{statistics.median(own):>14.2f}",
                         flush=True,
                     )
         walk(engine, models[16], args.page, counter, cache)
@@ -243,6 +256,7 @@ def measure(
     base = sharded_select(m, index=f"{t.name}_by_ts")
     best: dict[str, list[Any]] = {}
     ROUND_MS.clear()
+    ROUND_THREAD_MS.clear()
 
     def one_query() -> list[Any]:
         return [tuple(r) for r in conn.execute(base.order_by(*order).limit(k))]
@@ -293,6 +307,9 @@ def parsed() -> float:
 
 #: each strategy's CPU ms in every round of the current measure(), in round order
 ROUND_MS: dict[str, list[float]] = {}
+#: the same, the calling thread's CPU alone (SQLAlchemy, the library, the DB-API, the
+#: results' decoding: what the read costs the app's own thread, without gRPC's threads)
+ROUND_THREAD_MS: dict[str, list[float]] = {}
 
 
 def calibrate_wait(conn: sa.Connection) -> None:
@@ -302,13 +319,15 @@ def calibrate_wait(conn: sa.Connection) -> None:
         "SELECT COUNT(*) FROM UNNEST(GENERATE_ARRAY(1, 60)) a "
         "CROSS JOIN UNNEST(GENERATE_ARRAY(1, 10000)) b WHERE MOD(a + b, 7) = 3"
     )
-    rates = []
+    rates, own = [], []
     for _ in range(3):
         _, ms = cpu(lambda: conn.execute(slow).scalar())
         rates.append(ms / WALL[0])
+        own.append(THREAD[0] / WALL[0])
     print(
         f"the client's CPU while it waits on the emulator: {statistics.median(rates):.2f} ms "
-        "per s (part of every CPU ms below: wall s x this)"
+        "per s (part of every CPU ms below: wall s x this), of which the calling thread's: "
+        f"{statistics.median(own):.2f} ms per s (the rest is gRPC's own threads)"
     )
 
 
@@ -318,6 +337,7 @@ def keep(best: dict[str, list[Any]], name: str, figures: list[Any]) -> None:
     machine's speed drifts by a third over minutes: a ratio of two bests can pair a fast
     moment with a slow one)."""
     ROUND_MS.setdefault(name, []).append(figures[5])
+    ROUND_THREAD_MS.setdefault(name, []).append(THREAD[0])
     if name not in best or figures[5] < best[name][5]:
         best[name] = figures
 

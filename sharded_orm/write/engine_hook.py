@@ -26,6 +26,7 @@ from __future__ import annotations
 import re
 import warnings
 import weakref
+from operator import methodcaller
 from typing import Any
 
 from sqlalchemy import event, literal
@@ -131,7 +132,7 @@ def _derive_again(
     some sources: each derived shard of those rows computed again from the row (what the
     database gets) and written back to its object; a caller's shard is checked."""
     out = list(rows)
-    for i, (_, d, _, derived) in changed:
+    for i, (_, d, _, derived, _) in changed:
         row = dict(out[i])
         for key, _ in derived:
             row[key] = None
@@ -191,8 +192,7 @@ def _write_back(rows: list[dict[str, Any]], keys: list[Any], backs: Expected) ->
 
 
 def _all_filled(rows: list[dict[str, Any]], shards: RowShards) -> bool:
-    keys = [sc.key for sc in shards.client_made]
-    return all(row.get(k) is not None for row in rows for k in keys)
+    return not any(None in map(methodcaller("get", sc.key), rows) for sc in shards.client_made)
 
 
 def _before_execute(

@@ -50,7 +50,7 @@ from sharded_orm.write.engine_hook import watch
 from sharded_orm.write.fastpath import given_mark_key, object_filler
 from sharded_orm.write.rows import mismatch
 from sharded_orm.write.sql import MISSING, evaluate_default, evaluate_onupdate
-from sharded_orm.write.trust import Tally, expect_update, expected, forget, updates_of
+from sharded_orm.write.trust import Shape, Tally, expect_update, expected, forget, updates_of
 
 
 def _insert_values(
@@ -71,15 +71,19 @@ def _insert_values(
 
 def _record_keys(
     mapper: Mapper[Any], plans: list[Plan]
-) -> list[tuple[int, tuple[tuple[str, str], ...]]]:
-    """Per sharded table: (attribute, column key) of each shard and source it holds."""
+) -> list[tuple[int, Shape, tuple[str, ...]]]:
+    """Per sharded table: its records' shape ((attribute, column key) of each shard and
+    source it holds, and the column keys alone), and the attributes alone."""
     out: dict[int, list[tuple[str, str]]] = {}
     for sc, shard_attr, source_attrs in plans:
         keys = out.setdefault(id(sc.column.table), [])
         for attr, col in ((shard_attr, sc.column), *zip(source_attrs, sc.sources, strict=True)):
             if col.table is sc.column.table and (attr, col.key) not in keys:
                 keys.append((attr, col.key))
-    return [(t, tuple(keys)) for t, keys in out.items()]
+    return [
+        (t, (tuple(keys), tuple(k for _, k in keys)), tuple(a for a, _ in keys))
+        for t, keys in out.items()
+    ]
 
 
 _NO: Any = object()
@@ -144,13 +148,9 @@ def install_mapper_events(mapper: Mapper[Any]) -> None:
         # the flush sends its INSERT with the base mapper's statement cache as its
         # compiled_cache: the mark of the ORM's own statement (sharded_orm.write.trust)
         cache = mapper_.base_mapper._compiled_cache
-        for table, keys in record_keys:
-            add(
-                connection,
-                cache,
-                table,
-                (tuple([(key, d.get(attr)) for attr, key in keys]), d, keys, derived),
-            )
+        get = d.get
+        for table, shape, attrs in record_keys:
+            add(connection, cache, table, shape, d, derived, map(get, attrs))
         return EXT_CONTINUE
 
     def _fill_slowly(state: Any, d: Any) -> None:

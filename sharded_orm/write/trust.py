@@ -29,16 +29,28 @@ from __future__ import annotations
 
 import weakref
 from collections import deque
+from collections.abc import Iterable
+from operator import is_
 from typing import Any
 
-#: (column key, value) pairs of one object, shard and sources, as filled
-Pairs = tuple[tuple[str, Any], ...]
-#: a record: the pairs, the object's __dict__, (attribute, column key) of each pair, and
-#: (column key, attribute) of each shard the library derived
-Record = tuple[Pairs, dict[str, Any], tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]]
+#: what the rows of one table's records hold: (attribute, column key) of each value, and
+#: the column keys alone (the row's names for them), shared by every record of a mapper
+Shape = tuple[tuple[tuple[str, str], ...], tuple[str, ...]]
+#: a record, as :func:`take` gives one back: the values of one object's shards and sources
+#: as filled, the object's __dict__, (attribute, column key) of each value, (column key,
+#: attribute) of each shard the library derived, and the column key of each value
+Record = tuple[
+    tuple[Any, ...],
+    dict[str, Any],
+    tuple[tuple[str, str], ...],
+    tuple[tuple[str, str], ...],
+    tuple[str, ...],
+]
 
-#: connection -> (id of the mapper's statement cache, id of the table) -> records
-Queues = dict[tuple[int, int], deque[Record]]
+#: connection -> (id of the mapper's statement cache, id of the table) -> records, laid
+#: flat (shape, __dict__, derived, then each value): a flush of many objects keeps no
+#: container per object alive, which the garbage collector would walk again and again
+Queues = dict[tuple[int, int], deque[Any]]
 _pending: weakref.WeakKeyDictionary[Any, Queues] = weakref.WeakKeyDictionary()
 #: connection -> (id of the statement cache, id of the table) -> primary key -> write-backs
 Target = tuple[dict[str, Any], str, str, bool]
@@ -81,25 +93,29 @@ def take(
     if not records:
         return False
     queue = records.get((id(options.get("compiled_cache")), id(table)))
-    if not queue or len(queue) < len(rows):
+    if not queue:
         records.clear()
         return False
     changed: list[tuple[int, Record]] | None = None
-    for i, (row, record) in enumerate(zip(rows, queue, strict=False)):
-        for key, value in record[0]:
-            if not _same(row.get(key), value):
-                break
-        else:
-            continue
-        d = record[1]
-        if any(not _same(row.get(key), d.get(attr)) for attr, key in record[2]):
-            records.clear()  # out of step: not this object's row
-            return False
-        if changed is None:
-            changed = []
-        changed.append((i, record))
-    for _ in rows:
-        queue.popleft()
+    pop = queue.popleft
+    try:
+        for i, row in enumerate(rows):
+            shape, d, derived = pop(), pop(), pop()
+            columns = shape[1]
+            values = [pop() for _ in columns]
+            if all(map(is_, map(row.get, columns), values)):
+                continue  # the row sends the very objects that were hashed
+            if all(map(_same, map(row.get, columns), values)):
+                continue
+            if any(not _same(row.get(key), d.get(attr)) for attr, key in shape[0]):
+                records.clear()  # out of step: not this object's row
+                return False
+            if changed is None:
+                changed = []
+            changed.append((i, (tuple(values), d, shape[0], derived, columns)))
+    except IndexError:  # fewer records than rows
+        records.clear()
+        return False
     return True if changed is None else changed
 
 
@@ -165,9 +181,20 @@ class Tally:
         self._last: tuple[weakref.ref[Any], Queues] | None = None
         self._on_new = on_new_connection
 
-    def add(self, connection: Any, cache: Any, table: int, record: Record) -> None:
-        """Record ``record`` for the INSERT into the table of id ``table`` that the flush
-        will send with ``cache`` (the mapper's statement cache) as its compiled cache."""
+    def add(
+        self,
+        connection: Any,
+        cache: Any,
+        table: int,
+        shape: Shape,
+        d: dict[str, Any],
+        derived: tuple[tuple[str, str], ...],
+        values: Iterable[Any],
+    ) -> None:
+        """Record one object for the INSERT into the table of id ``table`` that the flush
+        will send with ``cache`` (the mapper's statement cache) as its compiled cache: its
+        ``__dict__`` ``d``, the shards the library ``derived``, and the ``values`` of its
+        shards and sources as filled (one for each of ``shape``'s columns)."""
         last = self._last  # one load: another thread may replace it, never half of it
         if last is not None and last[0]() is connection:
             records = last[1]
@@ -179,4 +206,7 @@ class Tally:
         queue = records.get(key)
         if queue is None:
             queue = records[key] = deque()
-        queue.append(record)
+        queue.append(shape)
+        queue.append(d)
+        queue.append(derived)
+        queue.extend(values)
