@@ -22,13 +22,13 @@ SCHEMA_URL = "https://opentelemetry.io/schemas/1.37.0"
 _lock = threading.Lock()
 _modules: tuple[Any, Any] | None | bool = False  # False: not tried yet; None: API absent
 _given: dict[str, Any] = {"tracer_provider": None, "meter_provider": None}
-_cache: dict[str, tuple[Any, Any]] = {}
-#: how long "no SDK configured" is believed before the global providers are asked again
-#: (asking costs microseconds: an operation pays it at most once a second)
+#: how long an answer is believed before the global providers are asked again (asking
+#: costs microseconds: an operation pays it at most once a second)
 RECHECK_SECONDS = 1.0
 _idle_until: dict[str, float] = {"tracer_provider": 0.0, "meter_provider": 0.0}
-#: kind -> (tracer or meter, monotonic time until which it is taken without asking again)
-_settled: dict[str, tuple[Any, float]] = {}
+#: kind -> (the provider, the tracer or meter it made, monotonic time until which it is
+#: taken without asking the providers again)
+_made: dict[str, tuple[Any, Any, float]] = {}
 
 
 def _api() -> tuple[Any, Any] | None:
@@ -62,16 +62,15 @@ def configure(*, tracer_provider: Any = None, meter_provider: Any = None) -> Non
     with _lock:
         _given["tracer_provider"] = tracer_provider
         _given["meter_provider"] = meter_provider
-        _cache.clear()
-        _settled.clear()
+        _made.clear()
         _idle_until.update(dict.fromkeys(_idle_until, 0.0))
 
 
 def _resolve(kind: str) -> Any:
     now = time.monotonic()
-    settled = _settled.get(kind)
-    if settled is not None and settled[1] > now:
-        return settled[0]
+    made = _made.get(kind)
+    if made is not None and made[2] > now:
+        return made[1]
     if _idle_until[kind] > now:
         return None
     modules = _api()
@@ -90,19 +89,17 @@ def _resolve(kind: str) -> Any:
         if _is_default(provider, module):
             _idle_until[kind] = time.monotonic() + RECHECK_SECONDS
             return None
-    cached = _cache.get(kind)
-    if cached is not None and cached[0] is provider:
-        _settled[kind] = (cached[1], now + RECHECK_SECONDS)
-        return cached[1]
+    if made is not None and made[0] is provider:  # the same provider: believed a while more
+        _made[kind] = (provider, made[1], now + RECHECK_SECONDS)
+        return made[1]
     from sharded_orm.telemetry.version import version
 
     if kind == "tracer_provider":
-        made = provider.get_tracer(SCOPE, version(), schema_url=SCHEMA_URL)
+        got = provider.get_tracer(SCOPE, version(), schema_url=SCHEMA_URL)
     else:
-        made = provider.get_meter(SCOPE, version(), schema_url=SCHEMA_URL)
-    _cache[kind] = (provider, made)
-    _settled[kind] = (made, now + RECHECK_SECONDS)
-    return made
+        got = provider.get_meter(SCOPE, version(), schema_url=SCHEMA_URL)
+    _made[kind] = (provider, got, now + RECHECK_SECONDS)
+    return got
 
 
 def tracer() -> Any:
