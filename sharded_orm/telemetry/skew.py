@@ -113,13 +113,6 @@ def configure_window(seconds: float, buckets: int = DEFAULT_BUCKETS) -> None:
         _windows.clear()
 
 
-_GAUGES = (
-    ("skew", "1", "Busiest shard's rows over the mean, in the window."),
-    ("busiest_rate", "{row}/s", "The busiest shard's rows/s in the window."),
-    ("window_rows", "{row}", "Rows written in the sliding window."),
-)
-
-
 def _instruments(meter: Any) -> None:
     """Declare the observed instruments on ``meter``, once per meter."""
     if _tracking["instruments"] is meter:
@@ -133,10 +126,10 @@ def _instruments(meter: Any) -> None:
             unit="{row}",
             description="Rows written to a sharded table, per shard column.",
         )
-        for name, unit, description in _GAUGES:
+        for name, callback, unit, description in _GAUGES:
             meter.create_observable_gauge(
                 "sharded_orm.shard." + name,
-                callbacks=[_GAUGE_CALLBACKS[name]],
+                callbacks=[callback],
                 unit=unit,
                 description=description,
             )
@@ -195,43 +188,40 @@ def write_skew() -> list[SkewFigure]:
     return sorted(out, key=lambda f: -f.skew)
 
 
-def _observations(value: Any) -> list[Any]:
+def _observed(values: Iterable[tuple[str, str, float]]) -> list[Any]:
+    """``(table, column, value)`` as observations, attributed as every figure here is."""
     from opentelemetry.metrics import Observation
 
     return [
-        Observation(value(f), {"db.collection.name": f.table, "sharded_orm.shard.column": f.column})
-        for f in write_skew()
+        Observation(value, {"db.collection.name": table, "sharded_orm.shard.column": column})
+        for table, column, value in values
     ]
 
 
 def _observe_written(options: Any) -> list[Any]:
-    from opentelemetry.metrics import Observation
-
     with _windows_lock:
         windows = list(_windows.items())
-    return [
-        Observation(window.total, {"db.collection.name": table, "sharded_orm.shard.column": column})
-        for (table, column), window in windows
-    ]
+    return _observed((table, column, window.total) for (table, column), window in windows)
 
 
 def _observe_skew(options: Any) -> list[Any]:
-    return _observations(lambda f: f.skew)
+    return _observed((f.table, f.column, f.skew) for f in write_skew())
 
 
 def _observe_rate(options: Any) -> list[Any]:
-    return _observations(lambda f: f.busiest_rate)
+    return _observed((f.table, f.column, f.busiest_rate) for f in write_skew())
 
 
 def _observe_rows(options: Any) -> list[Any]:
-    return _observations(lambda f: f.rows)
+    return _observed((f.table, f.column, f.rows) for f in write_skew())
 
 
-_GAUGE_CALLBACKS = {
-    "skew": _observe_skew,
-    "busiest_rate": _observe_rate,
-    "window_rows": _observe_rows,
-}
+#: the gauges read from the windows: name, callback, unit, description
+_GAUGES = (
+    ("skew", _observe_skew, "1", "Busiest shard's rows over the mean, in the window."),
+    ("busiest_rate", _observe_rate, "{row}/s", "The busiest shard's rows/s in the window."),
+    ("window_rows", _observe_rows, "{row}", "Rows written in the sliding window."),
+)
 
 
 def reset() -> None:
