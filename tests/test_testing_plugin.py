@@ -429,22 +429,29 @@ def test_the_emulator_dies_when_pytest_is_killed(
 @pytest.mark.emulator
 def test_a_full_instance_makes_way_for_a_new_one() -> None:
     """The emulator holds 100 databases an instance: the 101st goes to a new instance and
-    every database keeps answering at its own URL."""
+    every database keeps answering at its own URL, through a fault proxy's handle made
+    before the move as well (a fixture that made its handle first, then the database,
+    once met "database not found" there)."""
     from sharded_orm.testing.emulator import find_binary, start
+    from sharded_orm.testing.faults import FaultProxy
 
     if find_binary() is None:
         pytest.fail("no emulator binary")
     emulator = start()
     try:
         emulator.ensure_instance()
-        made = [emulator.create_database() for _ in range(101)]
-        assert emulator.instance_id != "test-instance"  # moved on
-        for database_id in (made[0], made[-1]):
-            engine = emulator.engine(database_id)
-            with engine.connect() as conn:
-                assert conn.exec_driver_sql("SELECT 1").scalar_one() == 1
-            engine.dispose()
-            assert database_id in emulator.url(database_id)
+        with FaultProxy(emulator.host) as proxy:
+            through = proxy.emulator(emulator)  # made before the instance fills
+            made = [emulator.create_database() for _ in range(101)]
+            assert emulator.instance_id != "test-instance"  # moved on
+            for database_id in (made[0], made[-1]):
+                for handle in (emulator, through):
+                    engine = handle.engine(database_id)
+                    with engine.connect() as conn:
+                        assert conn.exec_driver_sql("SELECT 1").scalar_one() == 1
+                    engine.dispose()
+                    assert handle.url(database_id) == emulator.url(database_id)
+                assert database_id in emulator.url(database_id)
         assert emulator.url(made[0]) != emulator.url(made[-1]).replace(made[-1], made[0])
     finally:
         emulator.stop()

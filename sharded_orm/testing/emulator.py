@@ -149,6 +149,16 @@ class Emulator:
         self._process: subprocess.Popen[bytes] | None = None
         self._log: Path | None = None
 
+    def through(self, host: str) -> Emulator:
+        """A handle on the same project and databases, reached at ``host`` (a proxy in
+        front of this emulator). It shares which instance holds each database, so a
+        database this handle or that one makes later, in an instance a full one rolled
+        over to, is found through either."""
+        handle = Emulator(host, project=self.project, instance_id=self.instance_id)
+        handle._base_instance_id = self._base_instance_id
+        handle._instance_of = self._instance_of
+        return handle
+
     @property
     def pid(self) -> int | None:
         """PID of the emulator process we started (None for one found at the host)."""

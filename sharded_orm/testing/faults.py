@@ -152,10 +152,10 @@ class FaultProxy:
         self.stop()
 
     def emulator(self, emulator: Any) -> Any:
-        """An ``Emulator`` handle for the same project and instance, reached through here."""
-        from sharded_orm.testing.emulator import Emulator
-
-        return Emulator(self.host, project=emulator.project, instance_id=emulator.instance_id)
+        """An ``Emulator`` handle for the same project and databases, reached through here
+        (``Emulator.through``: a database made after this call is found too)."""
+        handle: Any = emulator.through(self.host)
+        return handle
 
     # ----------------------------------------------------------------------- faults
     def _add(self, rule: _Rule) -> None:
