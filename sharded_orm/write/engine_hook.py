@@ -53,7 +53,7 @@ from sharded_orm.write.sql import (
 from sharded_orm.write.statements import check_from_select, onto_declared, with_upsert_shard
 from sharded_orm.write.stored import StoredRows
 from sharded_orm.write.targets import statement_table, write_shards
-from sharded_orm.write.trust import Expected, forget, take, updated_objects
+from sharded_orm.write.trust import Expected, forget, take, targets_of, updated_objects
 
 
 def _rewrite_multi_values(stmt: Insert, table: Any, shards: RowShards) -> Insert:
@@ -144,7 +144,7 @@ def _derive_again(
 
 
 def _row_keys(table: Any, pinned: dict[str, Any], rows: list[dict[str, Any]]) -> list[Any] | None:
-    """The primary key each UPDATE row's WHERE names, as ``trust.expect_update`` keys it
+    """The primary key each UPDATE row's WHERE names, as ``trust.Expected`` keys it
     (the value for a one-column key, else the tuple); None when the WHERE does not name
     the whole key."""
     pk: list[Any] = [pinned.get(c.key) for c in table.primary_key]
@@ -174,7 +174,11 @@ def _derived_dropped(
         return rows
     out = []
     for row, key in zip(rows, keys, strict=True):
-        drop = [k for _, _, k, derived in backs.get(key, ()) if derived and k in row]
+        got = backs.get(key)
+        if got is None:
+            out.append(row)
+            continue
+        drop = [k for _, _, k, derived in targets_of(got, backs.usual) if derived and k in row]
         out.append({k: v for k, v in row.items() if k not in drop} if drop else row)
     return out
 
@@ -183,12 +187,21 @@ def _write_back(rows: list[dict[str, Any]], keys: list[Any], backs: Expected) ->
     """Give the objects of the flush's UPDATE the shard the hook computed for their row
     (``keys``: the primary key each row's WHERE names, as ``StoredRows.keys`` gives it)."""
     pop = backs.pop
+    usual = backs.usual
+    if usual is None:
+        return  # nothing recorded
+    attr, k, _ = usual
     for row, key in zip(rows, keys, strict=True):
-        targets = pop(key, None)
-        if targets is not None:
-            for d, attr, k, _ in targets:
-                if k in row:
-                    d[attr] = row[k]
+        got = pop(key, None)
+        if got is None:
+            continue
+        if got.__class__ is dict:  # the usual: the object's __dict__ alone
+            if k in row:
+                got[attr] = row[k]
+            continue
+        for d, a, c, _ in targets_of(got, usual):
+            if c in row:
+                d[a] = row[c]
 
 
 def _all_filled(rows: list[dict[str, Any]], shards: RowShards) -> bool:
@@ -287,7 +300,10 @@ def _shard_rows(
         if backs:
             rows = _derived_dropped(table, pinned, rows, backs)
         fetch = _row_fetcher(conn, table, pinned, rows)
-        new_rows = row_shards.update_rows(rows, stmt_values, pinned, fetch)
+        # the flush's own rows (backs: its UPDATE) are the ORM's, made for this statement
+        new_rows = row_shards.update_rows(
+            rows, stmt_values, pinned, fetch, in_place=backs is not None
+        )
         if backs and fetch is not None:  # (no fetch: the WHERE names no whole key)
             _write_back(new_rows, fetch.keys(), backs)
     if not multiparams and not params:

@@ -183,7 +183,7 @@ UpdateFiller = Callable[
     [
         Sequence[dict[str, Any]],
         Sequence[Any],
-        Mapping[Any, Sequence[Any]],
+        Mapping[Any, Any],
         Callable[[dict[str, Any]], dict[str, Any]],
     ],
     list[dict[str, Any]],
@@ -191,13 +191,18 @@ UpdateFiller = Callable[
 
 
 def update_rows_filler(
-    plans: Sequence[tuple[ShardColumn, Sequence[bool]]], missing: Sequence[str]
+    plans: Sequence[tuple[ShardColumn, Sequence[bool]]],
+    missing: Sequence[str],
+    *,
+    in_place: bool = False,
 ) -> UpdateFiller:
     """``(rows, keys, found, slow_row) -> rows to send`` for an UPDATE executemany whose rows set
     some sources of each shard of ``plans`` (``given[i]``: the row sets source ``i``) and
     whose other sources, ``missing``, were read from the stored rows: ``found`` maps each
-    row's key (``keys[i]``) to the tuple of their stored values, in ``missing``'s order.
-    Each row gets a copy with its shards computed (its given sources in their stored form);
+    row's key (``keys[i]``) to the tuple of their stored values, in ``missing``'s order
+    (to the value itself when one is missing; a NULL one goes through ``slow_row``).
+    Each row gets a copy with its shards computed (its given sources in their stored form;
+    ``in_place``: the row itself, which the caller made for this statement alone);
     a row whose key was not read, or with a missing key or an unusual value, goes through
     ``slow_row``, which reads it alone, checks it or raises the precise error."""
     ns: dict[str, Any] = dict(_COMMON)
@@ -214,6 +219,8 @@ def update_rows_filler(
             if g:
                 reads += f"            {v} = row[K{v}]\n"
                 resets += f"            new[K{v}] = {v}\n"
+            elif len(missing) == 1:  # the stored value itself (StoredRows.batch)
+                reads += f"            {v} = st\n"
             else:
                 reads += f"            {v} = st[{missing.index(k)}]\n"
     compute = "".join(
@@ -240,7 +247,7 @@ def update_rows_filler(
         "        except (KeyError, UNHASHABLE):\n"
         "            append(slow_row(row))\n"
         "            continue\n"
-        "        new = row.copy()\n"
+        f"        new = {'row' if in_place else 'row.copy()'}\n"
         f"{sets}"
         "        if dirty:\n"
         f"{resets or pass_line}"

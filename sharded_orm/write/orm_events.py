@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import weakref
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import event
 from sqlalchemy.orm import EXT_CONTINUE, Mapper
@@ -50,7 +50,7 @@ from sharded_orm.write.engine_hook import watch
 from sharded_orm.write.fastpath import given_mark_key, object_filler
 from sharded_orm.write.rows import mismatch
 from sharded_orm.write.sql import MISSING, evaluate_default, evaluate_onupdate
-from sharded_orm.write.trust import Shape, Tally, expect_update, expected, forget, updates_of
+from sharded_orm.write.trust import Shape, Tally, expected, forget, updates_of
 
 
 def _insert_values(
@@ -109,8 +109,10 @@ def install_mapper_events(mapper: Mapper[Any]) -> None:
     marks = [(attr, given_mark_key(attr), (sc.key, attr)) for sc, attr, _ in plans]
     all_derived = tuple(m[2] for m in marks)
     # per shard: its plan, its sources as a set, given mark, whether it is a key column,
-    # the attributes of its table's primary key (in the table's order: what the UPDATE's
-    # WHERE names), its table, column key, and the sources to keep in their stored form
+    # where its table's primary key is in the identity key (in the table's order: what the
+    # UPDATE's WHERE names; one int for a one-column key, None for none), its table, its
+    # write-back's (attribute, column key, is a key column) (trust.Expected), and the
+    # sources to keep in their stored form
     update_plans = [
         (
             sc,
@@ -119,9 +121,9 @@ def install_mapper_events(mapper: Mapper[Any]) -> None:
             frozenset(source_attrs),
             given_mark_key(attr),
             sc.column in pk_cols,
-            _key_positions(mapper, sc.column.table),
+            _one_or_all(_key_positions(mapper, sc.column.table)),
             sc.column.table,
-            sc.key,
+            (attr, sc.key, sc.column in pk_cols),
             _stored_form_keepers(sc, source_attrs),
         )
         for sc, attr, source_attrs in plans
@@ -169,20 +171,21 @@ def install_mapper_events(mapper: Mapper[Any]) -> None:
             # A pending object's INSERT is built from its dict: no history to keep.
             d[shard_attr] = shard
 
-    # the connection last watched (a weak reference) and its write-backs (trust.updates_of)
+    # the connection last watched (a weak reference), its write-backs (trust.updates_of),
+    # and per table the statement cache and write-back table last used (trust.expected)
     seen: list[Any] = [None]
 
     def before_update(mapper_: Any, connection: Any, state: Any) -> Any:
         last = seen[0]
         if last is None or last[0]() is not connection:
             watch(connection)
-            last = seen[0] = (weakref.ref(connection), updates_of(connection))
+            last = seen[0] = (weakref.ref(connection), updates_of(connection), {})
         if onupdate:
             target = state.obj()
             _apply_onupdate(state, target, onupdate, [p.key for p in mapper_.column_attrs])
         committed = state.committed_state
         for plan in update_plans:
-            sc, shard_attr, source_attrs, sources, mark, in_pk, pk_attrs, table, key, keep = plan
+            sc, shard_attr, source_attrs, sources, mark, in_pk, pk_at, table, tail, keep = plan
             # sources set since loaded (perhaps to an equal value: then the row does not
             # send it, and the hook has nothing to compute)
             changed = not sources.isdisjoint(committed)
@@ -211,18 +214,23 @@ def install_mapper_events(mapper: Mapper[Any]) -> None:
                     if v.__class__ is exact and (not utc or v.tzinfo is _UTC):
                         continue  # already its stored form (the coercer's own first test)
                     _keep_stored_form(state, attr, v, coerce)
-            if not pk_attrs:
+            if pk_at is None:
                 continue
             # the hook computes the shard from the row and writes it back to ``d``; a key
             # shard is computed again there if a later listener changes a source
+            cache = mapper_.base_mapper._compiled_cache
+            held = last[2].get(table)
+            if held is None or held[0] is not cache:
+                held = last[2][table] = (cache, expected(last[1], cache, table))
+            by_key = held[1]
             ident = state.key[1]
-            by_key = expected(last[1], mapper_.base_mapper._compiled_cache, table)
-            pk = ident[pk_attrs[0]] if len(pk_attrs) == 1 else tuple([ident[i] for i in pk_attrs])
-            targets = by_key.get(pk)
-            if targets is None:
-                by_key[pk] = [(d, shard_attr, key, in_pk)]
+            if pk_at.__class__ is int:
+                pk = ident[pk_at]
             else:
-                expect_update(targets, (d, shard_attr, key, in_pk))
+                pk = tuple([ident[i] for i in cast("tuple[int, ...]", pk_at)])
+            # the usual write-back is the object's __dict__ alone (trust.Expected)
+            if tail is not by_key.usual or by_key.setdefault(pk, d) is not d:
+                by_key.expect(pk, d, tail)
             if in_pk:
                 by_key.derived = True
         return EXT_CONTINUE
@@ -262,6 +270,14 @@ def _keep_stored_form(state: Any, attr: str, value: Any, coerce: Any) -> None:
         return  # the engine hook refuses it with the precise error
     if stored is not value:
         setattr(state.obj(), attr, stored)
+
+
+def _one_or_all(positions: tuple[int, ...]) -> int | tuple[int, ...] | None:
+    """A one-column key's position alone (read with one subscript per object); None for
+    no key to write back by."""
+    if not positions:
+        return None
+    return positions[0] if len(positions) == 1 else positions
 
 
 def _key_positions(mapper: Mapper[Any], table: Any) -> tuple[int, ...]:

@@ -197,11 +197,14 @@ class RowShards:
         stmt_values: Mapping[str, Any],
         pinned: Mapping[str, Any],
         fetch: Fetch | None,
+        in_place: bool = False,
     ) -> list[dict[str, Any]]:
         """The UPDATE rows to send (see :meth:`update_row`). Rows of one statement share
         their keys: when they set sources of client-computed shards and give no shard,
         which sources each row gives and which are read from the stored rows is settled
-        once, and the stored ones are read for every row in one batch."""
+        once, and the stored ones are read for every row in one batch. ``in_place``: the
+        rows are the ORM flush's own, made for this statement alone, and get their shards
+        themselves (no copy per row)."""
         plans = self._update_plans(rows, stmt_values, pinned, fetch)
         if plans is None:
             return [self.update_row(r, stmt_values, pinned, fetch) for r in rows]
@@ -219,11 +222,11 @@ class RowShards:
         def slow_row(row: dict[str, Any]) -> dict[str, Any]:
             return self.update_row(row, stmt_values, pinned, fetch)
 
-        found: Mapping[Any, tuple[Any, ...]] = _NOTHING_READ
+        found: Mapping[Any, Any] = _NOTHING_READ
         keys: Sequence[Any] = [None] * len(rows)
         if missing and fetch is not None:
             found, keys = fetch.batch(missing), fetch.keys()
-        return _update_filler(plans, missing)(rows, keys, found, slow_row)
+        return _update_filler(plans, missing, in_place)(rows, keys, found, slow_row)
 
     def _update_plans(
         self,
@@ -397,14 +400,16 @@ _NOTHING_READ: dict[Any, tuple[Any, ...]] = {None: ()}
 _update_fillers: dict[tuple[Any, ...], UpdateFiller] = {}
 
 
-def _update_filler(plans: list[tuple[ShardColumn, list[bool]]], missing: list[str]) -> UpdateFiller:
+def _update_filler(
+    plans: list[tuple[ShardColumn, list[bool]]], missing: list[str], in_place: bool
+) -> UpdateFiller:
     """The generated UPDATE filler (``sharded_orm.write.fastpath``) of one shape of rows."""
-    key = (tuple((sc, tuple(given)) for sc, given in plans), tuple(missing))
+    key = (tuple((sc, tuple(given)) for sc, given in plans), tuple(missing), in_place)
     hit = _update_fillers.get(key)
     if hit is None:
         if len(_update_fillers) > 256:
             _update_fillers.clear()
-        hit = _update_fillers[key] = update_rows_filler(plans, missing)
+        hit = _update_fillers[key] = update_rows_filler(plans, missing, in_place=in_place)
     return hit
 
 

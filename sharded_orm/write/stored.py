@@ -5,8 +5,9 @@ the changed columns; ``bulk_update_mappings`` and the ORM bulk UPDATE by primary
 what they are given) needs the stored values of the others to compute the new shard. They
 are read from the database, in the same transaction, before the UPDATE runs: for every row
 of the statement at once, ``SELECT <key>, <columns> ... WHERE <key> IN (...)`` in batches
-of at most :data:`BATCH` rows (and under Spanner's limit of parameters per statement), so
-an UPDATE of 2,000 rows costs one or two statements more, not 2,000.
+of at most :data:`BATCH` rows (and under Spanner's limit of parameters per statement; of
+:data:`JSON_BATCH` rows where the keys go as one JSON array), so an UPDATE of 2,000 rows
+costs one or two statements more, not 2,000.
 """
 
 from __future__ import annotations
@@ -25,6 +26,9 @@ from sharded_orm.write.sql import MISSING, literal_value
 
 #: rows read per SELECT
 BATCH = 1000
+#: rows read per SELECT whose keys go as one JSON array (SQLite): one parameter, whatever
+#: the number of keys
+JSON_BATCH = 10_000
 #: parameters per statement kept under Spanner's limit of 950
 SPANNER_PARAMETERS = 900
 
@@ -37,7 +41,8 @@ class StoredRows:
 
     A row's key (:meth:`key_of`) is its primary key's value for a one-column key (the
     common case: no tuple built per row), else the tuple of its values; :meth:`batch` maps
-    each key read to the tuple of the stored values asked for, in their order."""
+    each key read to the tuple of the stored values asked for, in their order, or to the
+    value itself when one column is asked for (no tuple per row)."""
 
     def __init__(
         self,
@@ -52,7 +57,7 @@ class StoredRows:
         self.pk = list(pk)
         self.pinned = pinned
         self.rows = rows
-        self.read: list[tuple[tuple[str, ...], dict[Any, tuple[Any, ...]]]] = []
+        self.read: list[tuple[tuple[str, ...], dict[Any, Any]]] = []
         binds = [pinned[c.key] for c in self.pk]
         #: the row's keys of the primary key's values, when every one is a parameter of the
         #: row (the ORM's statements): read straight from the row
@@ -91,9 +96,10 @@ class StoredRows:
                 self._keys = [self.key_of(r) for r in self.rows]
         return self._keys
 
-    def batch(self, keys: Sequence[str]) -> dict[Any, tuple[Any, ...]]:
-        """The stored values of ``keys`` (a tuple, in that order) of every row of the
-        statement, by primary key (:meth:`key_of`), read on the first call for them."""
+    def batch(self, keys: Sequence[str]) -> dict[Any, Any]:
+        """The stored values of ``keys`` (a tuple, in that order; the value alone for one
+        key) of every row of the statement, by primary key (:meth:`key_of`), read on the
+        first call for them."""
         keys = tuple(keys)
         for have, rows in self.read:
             if have == keys:
@@ -107,9 +113,11 @@ class StoredRows:
         key = self.key_of(row)
         hit = None if key is None else found.get(key)
         if hit is None:
-            # not read back under the value bound (or no such row): ask the database's
-            # own "=", as the UPDATE's WHERE will
+            # not read back under the value bound (or no such row, or a lone NULL): ask the
+            # database's own "=", as the UPDATE's WHERE will
             return self._one(row, keys)
+        if len(keys) == 1:
+            return {keys[0]: hit}
         return dict(zip(keys, hit, strict=True))
 
     def _one(self, row: Mapping[str, Any], keys: list[str]) -> dict[str, Any] | None:
@@ -118,8 +126,10 @@ class StoredRows:
         first = got.first()
         return None if first is None else dict(zip(keys, first, strict=True))
 
-    def _read(self, keys: list[str]) -> dict[Any, tuple[Any, ...]]:
-        wanted = list(dict.fromkeys(k for k in self.keys() if k is not None))
+    def _read(self, keys: list[str]) -> dict[Any, Any]:
+        distinct = dict.fromkeys(self.keys())
+        distinct.pop(None, None)
+        wanted = list(distinct)
         size = BATCH
         spanner = is_spanner(self.conn.dialect)
         if spanner:
@@ -127,6 +137,8 @@ class StoredRows:
         found: dict[Any, tuple[Any, ...]] = {}
         n = len(self.pk)
         as_json = _json_keys(self.conn.dialect, self.pk, wanted)
+        if as_json:
+            size = JSON_BATCH
         stmt = None if spanner and n > 1 else _select_by_keys(self.table, self.pk, keys, as_json)
         for at in range(0, len(wanted), size):
             chunk = wanted[at : at + size]
@@ -141,7 +153,9 @@ class StoredRows:
                 )
                 got = self.conn.execute(select(*self.pk, *cols).where(match)).all()
             if n == 1:
-                found.update([(r[0], r[1:]) for r in got])
+                found.update(got if len(keys) == 1 else [(r[0], r[1:]) for r in got])
+            elif len(keys) == 1:
+                found.update([(r[:n], r[n]) for r in got])
             else:
                 found.update([(r[:n], r[n:]) for r in got])
         return found
@@ -153,8 +167,8 @@ _INT64 = (-(2**63), 2**63 - 1)
 
 
 def _json_keys(dialect: Any, pk: list[Any], keys: list[Any]) -> bool:
-    """Whether the keys go as one JSON array parameter (``IN (SELECT value FROM
-    json_each(?))``) instead of one parameter each: on SQLite 3.38+ (JSON built in), for a
+    """Whether the keys go as one JSON array parameter (``FROM json_each(?) JOIN table``)
+    instead of one parameter each: on SQLite 3.38+ (JSON built in), for a
     one-column key of a plain Integer or String type (no Python conversion on bind) and
     keys that JSON carries exactly (int64 ints, strings). SQLAlchemy's expanding IN costs
     more per key than the row it reads."""
@@ -163,12 +177,19 @@ def _json_keys(dialect: Any, pk: list[Any], keys: list[Any]) -> bool:
     if getattr(dialect.dbapi, "sqlite_version_info", (0,)) < (3, 38):
         return False
     type_ = pk[0].type
-    if type(type_) not in _JSON_TYPES or type_._cached_bind_processor(dialect) is not None:
+    if type(type_) not in _JSON_TYPES or type_.bind_processor(dialect) is not None:
         return False
+    kinds = set(map(type, keys))  # exact types: a bool or an IntEnum is not carried as is
+    if not kinds <= _JSON_KINDS:
+        return False
+    if int not in kinds:
+        return True
+    ints = keys if len(kinds) == 1 else [k for k in keys if k.__class__ is int]
     lo, hi = _INT64
-    return all((k.__class__ is int and lo <= k <= hi) or k.__class__ is str for k in keys)
+    return lo <= min(ints) and max(ints) <= hi
 
 
+_JSON_KINDS = frozenset({int, str})
 _JSON_TYPES = frozenset(
     {sqltypes.Integer, sqltypes.BigInteger, sqltypes.SmallInteger, sqltypes.String}
 )
@@ -178,18 +199,20 @@ def _select_by_keys(table: Any, pk: list[Any], keys: list[str], as_json: bool) -
     """``SELECT <key>, <keys> FROM table WHERE <key> IN (<the keys>)``, built once per
     table and columns: a statement made with ``in_(values)`` checks every value as it is
     built, which cost more than the rows it reads. The keys are one expanding parameter,
-    or one JSON array (:func:`_json_keys`)."""
+    or one JSON array (:func:`_json_keys`) joined to the table: half the time of
+    ``IN (SELECT value FROM json_each(?))``, for which SQLite first copies the array
+    into a temporary b-tree."""
     at = (id(table), tuple(keys), as_json)
     hit = _statements.get(at)
     if hit is not None and hit[0] is table:
         return hit[1]
-    if as_json:
+    columns = [*pk, *[table.c[k] for k in keys]]
+    if as_json:  # each of the array's values looked up by the key's index
         values = func.json_each(bindparam(_KEYS, type_=sqltypes.String())).table_valued("value")
-        match = pk[0].in_(select(values.c.value).scalar_subquery())
+        stmt = select(*columns).select_from(values.join(table, pk[0] == values.c.value))
     else:
         where = pk[0] if len(pk) == 1 else tuple_(*pk)
-        match = where.in_(bindparam(_KEYS, expanding=True))
-    stmt = select(*pk, *[table.c[k] for k in keys]).where(match)
+        stmt = select(*columns).where(where.in_(bindparam(_KEYS, expanding=True)))
     if len(_statements) > 1024:
         _statements.clear()
     _statements[at] = (table, stmt)

@@ -21,7 +21,7 @@ connection are dropped; they are dropped as well when the connection commits or 
 back (a failed flush leaves nothing behind for the next statement).
 
 ``before_update`` records, by primary key, the objects whose derived shard the engine hook
-computes from the UPDATE it sends (:func:`expect_update`), so the hook can write that
+computes from the UPDATE it sends (:meth:`Expected.expect`), so the hook can write that
 shard back to the object (:func:`updated_objects`).
 """
 
@@ -56,12 +56,43 @@ _pending: weakref.WeakKeyDictionary[Any, Queues] = weakref.WeakKeyDictionary()
 Target = tuple[dict[str, Any], str, str, bool]
 
 
-class Expected(dict[Any, list[Target]]):
-    """Primary key (its value for a one-column key, else the tuple) -> the write-backs of
-    one table's flush UPDATEs; ``derived`` is True once one of them carries a key shard the
+class Expected(dict[Any, Any]):
+    """Primary key (its value for a one-column key, else the tuple) -> the write-back of
+    one table's flush UPDATEs: the object's ``__dict__`` alone when the write-back is
+    :attr:`usual` (the first one recorded: a model's one shard), else one :data:`Target`,
+    or a list of them when the row has several (two shards, or several UPDATEs of one
+    row). :func:`targets_of` reads any of the three. The flush keeps no container alive per
+    object for the usual case. ``derived`` is True once one of them carries a key shard the
     library derived before the later listeners ran (the hook computes it again)."""
 
     derived = False
+    #: (shard attribute, column key, in the key) of the write-back stored as a bare dict
+    usual: tuple[str, str, bool] | None = None
+
+    def expect(self, pk: Any, d: dict[str, Any], tail: tuple[str, str, bool]) -> None:
+        """Record the write-back ``(d, *tail)`` for the row of ``pk`` (``before_update``
+        stores the usual one itself, and calls this for anything else)."""
+        if self.usual is None:
+            self.usual = tail
+        value = d if tail is self.usual else (d, *tail)
+        got = self.setdefault(pk, value)
+        if got is value:
+            return  # the row's first
+        targets = list(targets_of(got, self.usual))
+        target = (d, *tail)
+        if target not in targets:
+            self[pk] = [*targets, target]
+
+
+def targets_of(got: Any, usual: tuple[str, str, bool] | None) -> Iterable[Target]:
+    """The write-backs an :class:`Expected` entry holds (``usual``: its ``usual``)."""
+    cls = got.__class__
+    if cls is tuple:
+        return (got,)
+    if cls is list:
+        return got  # type: ignore[no-any-return]
+    assert usual is not None
+    return ((got, *usual),)
 
 
 Updates = dict[tuple[int, int], Expected]
@@ -130,8 +161,9 @@ def updates_of(connection: Any) -> Updates:
 
 def expected(updates: Updates, cache: Any, table: Any) -> Expected:
     """The write-backs of the flush's UPDATEs of ``table`` sent with ``cache`` (the
-    mapper's statement cache) as their compiled cache, by primary key (created on use);
-    ``updates``: :func:`updates_of` the flush's connection. ``before_update`` adds to it:
+    mapper's statement cache) as their compiled cache, by primary key (created on use, then
+    kept: :func:`forget` empties it in place); ``updates``: :func:`updates_of` the flush's
+    connection. ``before_update`` adds to it:
     the object's __dict__, its shard attribute, the shard's column key, and whether the row
     carries a key shard the library derived before a later listener could change a source
     (computed again by the hook, which then sets ``derived``)."""
@@ -142,14 +174,8 @@ def expected(updates: Updates, cache: Any, table: Any) -> Expected:
     return by_key
 
 
-def expect_update(targets: list[Target], target: Target) -> None:
-    """One more write-back for a row (the flush may send several UPDATEs of one row)."""
-    if target not in targets:
-        targets.append(target)
-
-
 def updated_objects(connection: Any, options: Any, table: Any) -> Expected | None:
-    """The write-backs :func:`expect_update` recorded for the flush's UPDATEs of ``table``
+    """The write-backs :meth:`Expected.expect` recorded for the flush's UPDATEs of ``table``
     run with ``options`` (the flush may send several: one per set of changed columns), by
     primary key (see :class:`Expected`); the caller pops those it uses. None for any
     other statement."""
@@ -160,13 +186,17 @@ def updated_objects(connection: Any, options: Any, table: Any) -> Expected | Non
 
 
 def forget(connection: Any, *args: Any) -> None:
-    """Drop the records of ``connection`` (commit, rollback, or a flush that failed)."""
+    """Drop the records of ``connection`` (commit, rollback, or a flush that failed). The
+    write-back tables are emptied in place: ``before_update`` keeps each at hand."""
     records = _pending.get(connection)
     if records:
         records.clear()
     updates = _updates.get(connection)
     if updates:
-        updates.clear()
+        for by_key in updates.values():
+            by_key.clear()
+            by_key.derived = False
+            by_key.usual = None
 
 
 class Tally:
