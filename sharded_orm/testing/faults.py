@@ -154,8 +154,7 @@ class FaultProxy:
     def emulator(self, emulator: Any) -> Any:
         """An ``Emulator`` handle for the same project and databases, reached through here
         (``Emulator.through``: a database made after this call is found too)."""
-        handle: Any = emulator.through(self.host)
-        return handle
+        return emulator.through(self.host)
 
     # ----------------------------------------------------------------------- faults
     def _add(self, rule: _Rule) -> None:

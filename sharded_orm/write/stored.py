@@ -134,7 +134,7 @@ class StoredRows:
         spanner = is_spanner(self.conn.dialect)
         if spanner:
             size = min(size, max(1, SPANNER_PARAMETERS // len(self.pk)))
-        found: dict[Any, tuple[Any, ...]] = {}
+        found: dict[Any, Any] = {}
         n = len(self.pk)
         as_json = _json_keys(self.conn.dialect, self.pk, wanted)
         if as_json:
