@@ -17,6 +17,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from sharded_orm.errors import ShardConfigError, ShardingWarning
+from sharded_orm.load.copy import column_value, read_api_value
 from sharded_orm.load.pdml import list_value
 from sharded_orm.read.order import after_condition, at_or_before_condition
 from sharded_orm.retry import RetryPolicy, retry_call
@@ -238,7 +239,7 @@ class SpannerWriter:
             ),
             timeout, "read the last key of",
         )  # fmt: skip
-        return rows[0] if rows else None
+        return [column_value(v) for v in rows[0]] if rows else None
 
     def count_null(self, timeout: float) -> int:
         q = self.quote
@@ -290,7 +291,8 @@ class SpannerWriter:
         stream = self.api.streaming_read(
             request=request, metadata=self.metadata, timeout=_left(deadline), retry=None
         )
-        return batch_uppers(StreamedResultSet(stream), bound, batch_size, batches)
+        keys = ([column_value(v) for v in k] for k in StreamedResultSet(stream))
+        return batch_uppers(keys, bound, batch_size, batches)
 
     def batch(
         self, after: list[Any] | None, bound: list[Any], limit: int, fix: Fix, timeout: float
@@ -327,14 +329,14 @@ class SpannerWriter:
             stream = self.api.streaming_read(
                 request=request, metadata=self.metadata, timeout=_left(deadline), retry=None
             )
-            rows = [list(r) for r in StreamedResultSet(stream)]
+            rows = [[column_value(v) for v in r] for r in StreamedResultSet(stream)]
             changes = fix(rows)
             mutations = []
             if changes:
                 write = Mutation.Write(
                     table=plan.table.name,
                     columns=[*self.key_names, plan.target.name],
-                    values=[list_value([*key, value]) for key, value in changes],
+                    values=[_wire([*key, value]) for key, value in changes],
                 )
                 mutations.append(Mutation(update=write))
             self.api.commit(
@@ -362,10 +364,13 @@ def _key_range(after: list[Any] | None, bound: list[Any]) -> Any:
     """The wire ``KeySet`` of keys after ``after`` (the start: None) up to ``bound``."""
     from google.cloud.spanner_v1.types import KeyRange, KeySet  # the wire messages
 
-    start = (
-        {"start_open": list_value(after)} if after is not None else {"start_closed": list_value([])}
-    )
-    return KeySet(ranges=[KeyRange(**start, end_closed=list_value(bound))])
+    start = {"start_open": _wire(after)} if after is not None else {"start_closed": _wire([])}
+    return KeySet(ranges=[KeyRange(**start, end_closed=_wire(bound))])
+
+
+def _wire(values: list[Any]) -> Any:
+    """Values (BYTES as bytes: the writer hands out column values) as a wire ListValue."""
+    return list_value([read_api_value(v) for v in values])
 
 
 def _left(deadline: float) -> float:

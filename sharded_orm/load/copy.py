@@ -23,9 +23,7 @@ layout (docs/migrations.md, "Resharding a key"), written beside the old one
 from __future__ import annotations
 
 import base64
-import datetime as dt
 import functools
-import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -39,6 +37,7 @@ from sharded_orm.progress import progress
 from sharded_orm.retry import Deadline, RetryPolicy, retry_call
 from sharded_orm.schema.columns import shard_columns, table_of
 from sharded_orm.schema.keys import is_descending
+from sharded_orm.schema.value_codec import ValueCodecError, dumps_key, loads_key
 from sharded_orm.spanner.stock import refuse_stock
 from sharded_orm.telemetry import operation
 from sharded_orm.write.successor import plan
@@ -47,11 +46,13 @@ __all__ = [
     "CURSOR_COLUMNS",
     "CopyProgress",
     "CopyResult",
+    "column_value",
     "compare_tables",
     "copy_table",
     "cursor_table_ddl",
     "missing_rows_check_sql",
     "prune_target",
+    "read_api_value",
 ]
 
 #: columns of a ``cursor_table`` (all ``STRING(MAX)``, key ``(Source, Target)``)
@@ -88,30 +89,14 @@ def cursor_table_ddl(name: str) -> str:
     )
 
 
-def _encode(values: Sequence[Any]) -> str:
-    out: list[Any] = []
-    for v in values:
-        if isinstance(v, dt.datetime):
-            out.append(["ts", v.isoformat()])
-        elif isinstance(v, bytes):
-            out.append(["b", base64.b64encode(v).decode()])
-        elif v is None or isinstance(v, (bool, int, float, str)):
-            out.append(["v", v])
-        else:
-            raise ShardConfigError(f"cannot save a key cursor holding {type(v).__name__}")
-    return json.dumps(out)
+def read_api_value(value: Any) -> Any:
+    """A value as Spanner's client reads it and takes it in a key (BYTES base64-encoded)."""
+    return base64.b64encode(value) if isinstance(value, bytes) else value
 
 
-def _decode(text: str) -> list[Any]:
-    out: list[Any] = []
-    for kind, v in json.loads(text):
-        if kind == "ts":
-            out.append(dt.datetime.fromisoformat(v))
-        elif kind == "b":
-            out.append(base64.b64decode(v))
-        else:
-            out.append(v)
-    return out
+def column_value(raw: Any) -> Any:
+    """A value Spanner's client read as the column's value (only BYTES come as bytes)."""
+    return base64.b64decode(raw) if isinstance(raw, bytes) else raw
 
 
 def _timed(conn: Any, seconds: float) -> Any:
@@ -136,7 +121,19 @@ def _saved_cursor(bind: Any, table: str, src: str, dst: str, seconds: float) -> 
     stmt = sa.select(t.c.Cursor).where(t.c.Source == src, t.c.Target == dst)
     with connect(bind) as conn:
         text = _timed(conn, seconds).execute(stmt).scalar()
-    return None if text is None else _decode(text)
+    if text is None:
+        return None
+    try:
+        values = loads_key(text)
+    except ValueCodecError as e:
+        raise ShardConfigError(
+            f"the cursor {table} holds for the copy of {src} into {dst} cannot be read ({e}). "
+            f"Delete its row (Source {src!r}, Target {dst!r}) and run the copy again: it "
+            "starts over, rewriting what it copied"
+        ) from None
+    if text.lstrip().startswith("["):  # saved before the codec: BYTES as the wire has them
+        return values
+    return [read_api_value(v) for v in values]
 
 
 def copy_table(
@@ -203,7 +200,9 @@ def copy_table(
 
     start = time.monotonic()
     newest = sa.select(*[c for c, _ in key]).order_by(*[c.asc() if d else c.desc() for c, d in key])
-    last = read(newest.limit(1), "reading the last key")
+    # the Read API's key range takes keys as it hands them out: BYTES base64-encoded (the
+    # dialect decoded them), so a BYTES key part goes back to its wire form
+    last = [[read_api_value(v) for v in r] for r in read(newest.limit(1), "reading the last key")]
     after = None
     if cursor_table is not None:
         after = _saved_cursor(bind, cursor_table, src.name, dst.name, call_timeout)
@@ -232,10 +231,12 @@ def copy_table(
                     ]
                     values.append(r[: len(copied)] + shard_values)
                 after = [found[-1][i] for i in key_at]
+                stood = tuple(column_value(v) for v in after)  # the old key of its last row
+                saved = dumps_key(stood)  # exact and typed: the cursor, and where it stands
                 also = []
                 if cursor_table is not None:  # saved in the batch's own commit
                     also.append((cursor_table, CURSOR_COLUMNS,
-                                 [[src.name, dst.name, _encode(after)]]))  # fmt: skip
+                                 [[src.name, dst.name, saved]]))  # fmt: skip
                 retry_call(
                     functools.partial(
                         raw.commit_mutations, dst.name, columns, values, "insert_or_update",
@@ -247,9 +248,9 @@ def copy_table(
                 rows += len(found)
                 batches += 1
                 bar.advance(len(found))
-                traced.progress(rows_done=rows, batches=batches, resume_position=after)
+                traced.progress(rows_done=rows, batches=batches, resume_position=saved)
                 if on_batch is not None:
-                    on_batch(CopyProgress(rows, batches, tuple(after)))
+                    on_batch(CopyProgress(rows, batches, stood))
                 if len(found) < batch_size:
                     break
             pruned = prune_target(bind, src, dst, call_timeout=call_timeout) if prune else 0

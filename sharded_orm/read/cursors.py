@@ -22,7 +22,6 @@ cannot cache (a construct without a cache key), its compiled SQL and parameters.
 from __future__ import annotations
 
 import base64
-import datetime as dt
 import enum
 import hashlib
 import json
@@ -36,9 +35,10 @@ from typing import Any
 from sqlalchemy import Enum
 
 from sharded_orm.checks import check_seconds
-from sharded_orm.errors import ShardingError
+from sharded_orm.errors import ShardingError, ShardTypeError
 from sharded_orm.read.order import EnumName
 from sharded_orm.read.plan import plan_of
+from sharded_orm.schema.value_codec import decode_value, encode_value
 
 
 class CursorError(ShardingError, ValueError):
@@ -165,109 +165,20 @@ def unseal(cursor: str) -> bytes:
 
 
 def _encode_value(v: Any) -> list[Any]:
-    if v is None:
-        return ["n", None]
-    # an Enum member (str and int Enums too) and a name read back from a cursor (a str)
-    # are bound again as the column's member (``EnumName``), wherever the value goes next
+    # a name read back from a cursor (an ``EnumName``, a str) stays an Enum member's name,
+    # bound again as the column's member wherever the value goes next
     if isinstance(v, EnumName):
         return ["e", str(v)]
-    if isinstance(v, enum.Enum):
-        return ["e", v.name]
-    if isinstance(v, bool):
-        return ["b", v]
-    if isinstance(v, int):
-        return ["i", str(v)]
-    if isinstance(v, float):
-        return ["f", repr(v)]
-    if isinstance(v, str):
-        return ["s", v]
-    if isinstance(v, dt.datetime):
-        nanos = getattr(v, "nanosecond", v.microsecond * 1000)
-        return ["t", v.isoformat(), nanos]
-    if isinstance(v, dt.date):
-        return ["d", v.isoformat()]
-    if isinstance(v, dt.time):
-        return ["h", v.isoformat()]
-    if isinstance(v, dt.timedelta):
-        return ["r", [v.days, v.seconds, v.microseconds]]
-    if isinstance(v, Decimal):
-        return ["m", str(v)]
-    if isinstance(v, uuid.UUID):
-        return ["u", str(v)]
-    if isinstance(v, bytes):
-        return ["y", base64.b64encode(v).decode()]
-    raise CursorError(f"cannot put a {type(v).__name__} into a cursor")
-
-
-def _text(raw: Any) -> str:
-    if not isinstance(raw, str):
-        raise TypeError(raw)
-    return raw
-
-
-def _decode_timestamp(raw: Any, nanos: Any) -> dt.datetime:
-    value = dt.datetime.fromisoformat(_text(raw))
-    if isinstance(nanos, bool) or not isinstance(nanos, int) or not 0 <= nanos < 10**9:
-        raise ValueError(nanos)
-    if nanos % 1000:
-        from google.api_core.datetime_helpers import DatetimeWithNanoseconds
-
-        return DatetimeWithNanoseconds(  # type: ignore[no-untyped-call]
-            value.year,
-            value.month,
-            value.day,
-            value.hour,
-            value.minute,
-            value.second,
-            nanosecond=nanos,
-            tzinfo=value.tzinfo,
-        )
-    return value
-
-
-def _decode_bool(raw: Any) -> bool:
-    if not isinstance(raw, bool):
-        raise TypeError(raw)
-    return raw
-
-
-def _decode_interval(raw: Any) -> dt.timedelta:
-    if not isinstance(raw, list) or not all(type(x) is int for x in raw):
-        raise TypeError(raw)
-    days, seconds, micros = raw
-    return dt.timedelta(days=days, seconds=seconds, microseconds=micros)
-
-
-_DECODERS: dict[str, Any] = {
-    "b": _decode_bool,
-    "i": lambda r: int(_text(r)),
-    "f": lambda r: float(_text(r)),
-    "s": _text,
-    "e": lambda r: EnumName(_text(r)),
-    "d": lambda r: dt.date.fromisoformat(_text(r)),
-    "h": lambda r: dt.time.fromisoformat(_text(r)),
-    "r": _decode_interval,
-    "m": lambda r: Decimal(_text(r)),
-    "u": lambda r: uuid.UUID(_text(r)),
-    "y": lambda r: base64.b64decode(_text(r), validate=True),
-}
+    try:
+        return encode_value(v)
+    except ShardTypeError as e:
+        raise CursorError(str(e)) from None
 
 
 def _decode_value(item: Any) -> Any:
-    """A value of a cursor's body; ValueError, TypeError or ArithmeticError when the item
-    is not one ``_encode_value`` makes."""
-    if not isinstance(item, list) or not 2 <= len(item) <= 3 or not isinstance(item[0], str):
-        raise TypeError(item)
-    tag, raw = item[0], item[1]
-    if tag == "t" and len(item) == 3:
-        return _decode_timestamp(raw, item[2])
-    if len(item) != 2:
-        raise TypeError(item)
-    if tag == "n":
-        if raw is not None:
-            raise TypeError(raw)
-        return None
-    return _DECODERS[tag](raw)
+    """A value of a cursor's body (an Enum member's name as an ``EnumName``);
+    ValueCodecError when the item is not one ``_encode_value`` makes."""
+    return decode_value(item, enum_name=EnumName)
 
 
 def value_fits(col: Any, value: Any) -> bool:
@@ -416,4 +327,5 @@ def read_cursor(cursor: object) -> CursorState:
             ahead.append(([_decode_value(item) for item in vals], _count(full)))
         return CursorState(data["q"], values, _count(data.get("n", 0)), ahead)
     except (ValueError, TypeError, KeyError, IndexError, ArithmeticError, RecursionError):
+        # (ValueCodecError is a ValueError: a value the codec did not write)
         raise CursorError("this cursor is not one sharded-orm issued (bad body)") from None
