@@ -9,7 +9,6 @@ branches for the bound round, primary-key branches for the rows statement. See
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -17,11 +16,11 @@ from sqlalchemy import Boolean, and_, literal, literal_column, or_, select, unio
 from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session
 
-from sharded_orm.checks import check_seconds, shown
-from sharded_orm.errors import ShardConfigError, ShardTypeError
+from sharded_orm.errors import ShardConfigError
+from sharded_orm.read.context import ReadContext
 from sharded_orm.read.fanout import BOUND_VAR, SHARD_VAR, FanOut, correlated_ok
+from sharded_orm.read.joins import without_options
 from sharded_orm.read.limits import (
-    compiled_parameters,
     compound_limit,
     headroom,
     parameter_limit,
@@ -38,7 +37,6 @@ from sharded_orm.read.order import (
     plain,
     require_plan,
     tables_of,
-    without_options,
 )
 from sharded_orm.read.shapes import check_shape
 from sharded_orm.read.stats import FoundBound as FoundBound  # re-exported
@@ -118,23 +116,18 @@ def probe_limit(shards: int, want: int) -> int | None:
     return math.ceil(want / shards) + (2 * want) // shards
 
 
-#: the least time left a statement is given: the Spanner client ends it at once
-MIN_STATEMENT_SECONDS = 0.001
-
-
 class MergeQuery:
     """The user's statement and the per-shard branches a merge sends with it."""
 
     def __init__(self, conn: Any, stmt: Any, timeout: float | None = None) -> None:
         self.plan = require_plan(stmt, "merged")
-        if not isinstance(conn, (Connection, Session)):
-            raise ShardTypeError(
-                f"merged()/page() read through a Connection or Session (or their async "
-                f"forms, awaited), got {shown(conn)}"
-            )
+        #: the caller's Session or Connection as the statement meets it (its bind, the
+        #: statement's execution options, the read's deadline)
+        self.context = ReadContext(conn, stmt, timeout)
         check_shape(stmt)  # the allowlist: before anything else is read of it
         self.conn = conn
-        self.dialect = conn.get_bind().dialect if isinstance(conn, Session) else conn.dialect
+        self.bind = self.context.bind
+        self.dialect = self.context.dialect
         refuse_stock(self.dialect, "A sharded read (merged(), page())")
         # the FROMs of the branches (compiling the statement to find them costs about a
         # millisecond: once per read)
@@ -184,10 +177,6 @@ class MergeQuery:
         # the user's statement joined to the branches: they carry the hint and the shard
         # predicate (and, one row of ours per row, the WHERE clause each row passed there)
         self.joined = self.stmt.without_plan(where=not self.one_to_one)
-        #: ``timeout`` bounds the whole read: each statement gets what is left of it
-        self.deadline = (
-            None if timeout is None else time.monotonic() + check_seconds(timeout, "timeout")
-        )
         self._limit_parameters(stmt, key)
         desc = stmt.column_descriptions
         self.scalars = (
@@ -202,20 +191,31 @@ class MergeQuery:
         say which plans fit (``sharded_orm.read.limits``)."""
         #: the bound round fits inside the rows statement (its WHERE twice)
         self.found_fits = True
-        #: each statement is counted before it is sent
+        #: each statement's parameters are counted as it is sent (``ParameterGuard``)
         self.count_each = False
-        self.parameter_limit = parameter_limit(self.conn, self.dialect)
+        self.parameter_limit = parameter_limit(self.connection, self.dialect)
         if self.parameter_limit is None or self.stmt.point_shard is not None:
             return
         params = parameters_of(stmt, key)
+        # loader criteria apply wherever their entity appears (each branch, the rows
+        # statement's own entity): counted here once each, exactly as they are sent
+        crit = parameters_of(stmt, stmt._generate_cache_key()) - params if self.criteria else 0
         ours = headroom(len(self.columns))
-        self.found_fits = 2 * params + ours <= self.parameter_limit
+        self.found_fits = 2 * (params + crit) + crit + ours <= self.parameter_limit
         # the WHERE clause is in every branch (once for the correlated ones), and around
         # them where a row of the statement is not one row of ours
         times = (1 if self.correlated else self.plan.shard.count) + (not self.one_to_one)
-        if times * params > self.parameter_limit:
-            raise too_many(times * params, self.parameter_limit, "statements", self.dialect)
-        self.count_each = times * (params + ours) > self.parameter_limit
+        least = times * params + crit
+        if least > self.parameter_limit:
+            raise too_many(least, self.parameter_limit, "statements", self.dialect)
+        # what a do_orm_execute listener adds is known only as the statement is sent
+        listened = isinstance(self.conn, Session) and bool(self.conn.dispatch.do_orm_execute)
+        self.count_each = listened or crit > 0 or times * (params + ours) > self.parameter_limit
+
+    @property
+    def connection(self) -> Connection:
+        """The Connection the statement runs on (``ReadContext.connection``)."""
+        return self.context.connection
 
     def _order(self, terms: Sequence[Any]) -> list[Any]:
         # ascending is the default: no ASC (every token costs the Spanner DB-API's parse)
@@ -308,7 +308,7 @@ class MergeQuery:
         """The branches as one ``UNION ALL``, nested in groups of at most the backend's
         compound-SELECT limit (SQLite's is 500 terms by default: 65,536 shards are two
         levels of at most 500)."""
-        most = compound_limit(self.conn, self.dialect) if len(branches) > 1 else None
+        most = compound_limit(self.connection, self.dialect) if len(branches) > 1 else None
         terms = branches
         while most is not None and len(terms) > most:
             groups = [terms[i : i + most] for i in range(0, len(terms), most)]
@@ -317,16 +317,14 @@ class MergeQuery:
         return union.subquery(name)
 
     def _execute(self, stmt: Any) -> Any:
-        if self.count_each and self.parameter_limit is not None:
-            count = compiled_parameters(stmt.compile(dialect=self.dialect))
-            if count > self.parameter_limit:
-                raise too_many(count, self.parameter_limit, "a statement", self.dialect)
-        if self.deadline is None:
-            return self.conn.execute(stmt)
-        # a deadline already passed still goes to the client, which ends the statement
-        # at once with its usual error (the one a statement that ran out of time raises)
-        left = max(self.deadline - time.monotonic(), MIN_STATEMENT_SECONDS)
-        return self.conn.execute(stmt, execution_options={"timeout": left})
+        """``stmt`` sent as the user's statement is (``ReadContext.execute``), counted as
+        it is sent where the parameters may reach the limit (``Oversized``: the read takes
+        another plan, or refuses)."""
+        return self.context.execute(stmt, self.parameter_limit if self.count_each else None)
+
+    def too_many(self, count: int) -> ShardConfigError:
+        """The refusal of a statement of ``count`` parameters, over the limit."""
+        return too_many(count, self.parameter_limit or 0, "a statement", self.dialect)
 
     def found_bound(self, after: Any, b: int, want: int) -> tuple[Any, list[Any]]:
         """Round 1 inside the rows statement (Spanner): the ``want``-th sort key of every
@@ -355,7 +353,7 @@ class MergeQuery:
         u = self.fan(labels, after, False, dict.fromkeys(shards, b), "so_b")
         keys = [u.c[lbl.name] for lbl in self.key_labels]
         shard = literal_column(SHARD_VAR) if self.correlated else u.c.so_s
-        q = select(*keys, shard).order_by(*self._order(keys)).limit(want)
+        q = self.context.mapped(*keys, shard).order_by(*self._order(keys)).limit(want)
         if self.criteria:
             q = q.options(*self.criteria)
         # all(): one DB-API fetchall, not a fetchone (and its retry bookkeeping) per row

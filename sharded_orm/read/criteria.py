@@ -98,3 +98,21 @@ def boolean_equalities(where: Any) -> dict[Any, bool]:
             if isinstance(left, ColumnClause) and isinstance(right, (True_, False_)):
                 found[left._deannotate()] = isinstance(right, True_)
     return found
+
+
+def null_pins(where: Any) -> set[Any]:
+    """Table columns the ANDed criteria pin to NULL (``col.is_(None)``, ``col == None``):
+    one value in every row the statement gives, like ``col == value``."""
+    found: set[Any] = set()
+    stack = [where] if where is not None else []
+    while stack:
+        clause = stack.pop()
+        while isinstance(clause, Grouping):
+            clause = clause.element
+        if isinstance(clause, BooleanClauseList) and clause.operator is operators.and_:
+            stack.extend(clause.clauses)
+        elif isinstance(clause, BinaryExpression) and clause.operator is operators.is_:
+            sides = [clause.left, clause.right]
+            if any(isinstance(s, Null) for s in sides):
+                found |= {s._deannotate() for s in sides if isinstance(s, ColumnClause)}
+    return found

@@ -13,14 +13,21 @@ branches of a statement with joins or DISTINCT. The rule (docs/queries.md):
   is a statement of its own, which carries them once;
 - a read whose statements would carry more parameters than the limit (counted from the
   statement's bound values, an IN list counting each value) is refused before any
-  statement runs; where the count is close to the limit, each statement is compiled
-  and counted before it is sent, and refused over it.
+  statement runs;
+- what the statement carries beyond its WHERE clause (loader criteria, which apply
+  wherever their entity appears: in every branch and around them; what a
+  ``do_orm_execute`` listener adds) is known exactly only as finally compiled: where
+  it may reach the limit, each statement's parameters are counted as they are handed
+  to the DB-API (``ParameterGuard``), before the database sees them. A statement over
+  the limit is not sent: the bound round inside the rows statement then runs as a
+  statement of its own, and where no plan fits the read is refused (``too_many``).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from sqlalchemy import event
 from sqlalchemy.orm import Session
 
 from sharded_orm.errors import ShardConfigError
@@ -33,6 +40,7 @@ SQLITE_VARIABLES = 32766
 
 
 def _sqlite_limit(conn: Any, dialect: Any, which: str, default: int) -> int:
+    # (a Session bound per mapper or table: the caller passes the Connection it resolved)
     raw = (conn.connection() if isinstance(conn, Session) else conn).connection.driver_connection
     getlimit = getattr(raw, "getlimit", None)
     if getlimit is None:
@@ -94,7 +102,41 @@ def too_many(count: int, limit: int, where: str, dialect: Any) -> ShardConfigErr
     return ShardConfigError(
         f"merged()/page() would send {where} with {count:,} parameters; {backend} accepts "
         f"at most {limit:,} in a statement. A merge repeats the statement's WHERE clause "
-        "(in each shard's branch of a UNION ALL, or around the branches of a join). Bind "
-        "fewer values: split a long IN list into several reads, or filter through a join "
-        "to a table of the values"
+        "(in each shard's branch of a UNION ALL, or around the branches of a join), and "
+        "loader criteria (with_loader_criteria, also those a do_orm_execute listener "
+        "adds) wherever their entity appears. Bind fewer values: split a long IN list "
+        "into several reads, or filter through a join to a table of the values"
     )
+
+
+class Oversized(Exception):
+    """A statement of a merge would carry ``count`` parameters, over the backend's limit:
+    raised before the DB-API sees it (``ParameterGuard``)."""
+
+    def __init__(self, count: int) -> None:
+        super().__init__(count)
+        self.count = count
+
+
+class ParameterGuard:
+    """While entered, every statement handed to the DB-API on ``connection`` with more
+    than ``limit`` parameters raises ``Oversized`` instead of being sent: the statement
+    as finally compiled (loader criteria, ``do_orm_execute`` additions, expanded IN
+    lists), counted for the cost of a ``len``."""
+
+    def __init__(self, connection: Any, limit: int) -> None:
+        self.connection = connection
+        self.limit = limit
+
+    def __enter__(self) -> ParameterGuard:
+        # a Connection's own listeners run before its Engine's: before any that records
+        event.listen(self.connection, "before_cursor_execute", self._check)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        event.remove(self.connection, "before_cursor_execute", self._check)
+
+    def _check(self, conn: Any, cursor: Any, sql: str, params: Any, *rest: Any) -> None:
+        count = len(params) if params else 0
+        if count > self.limit:
+            raise Oversized(count)

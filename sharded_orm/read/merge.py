@@ -49,6 +49,7 @@ from sharded_orm.read.branches import (
     statement_window,
 )
 from sharded_orm.read.consistency import RowsChanged, read_again, rows_are_whole
+from sharded_orm.read.limits import Oversized
 from sharded_orm.read.order import (
     order_columns as order_columns,  # re-exported: sharded_orm imports it from here
 )
@@ -258,6 +259,34 @@ def read(
     step: int = 0,
     pages: int = 0,
 ) -> tuple[list[Any], list[list[Any]], list[Bound]]:
+    """``read_plans``, under the backend's parameter limit as the statements are finally
+    compiled (``sharded_orm.read.limits``): where the statement that holds the bound
+    round does not fit, the bound round runs on its own; where no plan fits, a
+    ``ShardConfigError`` says what to do."""
+    try:
+        return read_plans(query, want, n, offset, after, stats, keys, ahead, step, pages)
+    except Oversized as e:
+        if not bound_in_statement(query):
+            raise query.too_many(e.count) from None
+    query.found_fits = False  # the bound round in the rows statement did not fit
+    try:
+        return read_plans(query, want, n, offset, after, stats, keys, ahead, step, pages)
+    except Oversized as e:
+        raise query.too_many(e.count) from None
+
+
+def read_plans(
+    query: MergeQuery,
+    want: int,
+    n: int,
+    offset: int,
+    after: Sequence[Any] | None,
+    stats: MergeStats,
+    keys: bool = False,
+    ahead: Sequence[Bound] = (),
+    step: int = 0,
+    pages: int = 0,
+) -> tuple[list[Any], list[list[Any]], list[Bound]]:
     """Rows ``offset`` to ``offset + n`` of the first ``want`` after ``after`` (and, with
     ``keys``, each row's sort key), and bounds for later pages.
 
@@ -343,7 +372,8 @@ def _merged(
     n = _limit(stmt, limit, "limit")
     _, offset = statement_window(stmt)
     shards = query.plan.shard.count
-    with operation("merged", conn, query.plan.table.name, shards=shards, limit=n) as traced:
+    # (the bind the statement runs on: a Session bound per mapper names no one database)
+    with operation("merged", query.bind, query.plan.table.name, shards=shards, limit=n) as traced:
         try:
             return read(query, offset + n, n, offset, after, stats)[0]
         finally:

@@ -3,7 +3,8 @@
 The order is the index's ordering, then the primary key of the sharded table, then (for
 a statement with joins and no DISTINCT) the primary key of each joined table: a join can
 repeat a row of the sharded table, and only the joined rows' keys tell the copies apart.
-Columns pinned by ``col == value`` are constant and left out.
+Columns pinned by ``col == value`` (a Boolean one also by ``flag``, ``~flag``, ``flag ==
+True``, ``flag.is_(False)``..., any by ``col IS NULL``) are constant and left out.
 
 NULL sorts as the smallest value, as SQLite and Spanner order it (NULLs first ascending,
 last descending; checked on the emulator). Dialects that sort NULL high are refused when
@@ -41,7 +42,8 @@ from sqlalchemy.sql.selectable import Join
 from sqlalchemy.sql.visitors import InternalTraversal
 
 from sharded_orm.errors import ShardConfigError, UnsupportedOnDialectError
-from sharded_orm.read.joins import check_joins, proven_key
+from sharded_orm.read.criteria import boolean_equalities, null_pins
+from sharded_orm.read.joins import check_joins, proven_key, without_options
 from sharded_orm.read.plan import ShardPlan, plan_of
 from sharded_orm.read.predicate import ShardPredicate
 
@@ -66,7 +68,12 @@ def _pinned(stmt: Any) -> set[Any]:
     from sharded_orm.write.sql import where_equalities
 
     rest = [c for c in stmt._where_criteria if not isinstance(c, ShardPredicate)]
-    return {plain(c) for c in where_equalities(and_(*rest) if rest else None)}
+    where = and_(*rest) if rest else None
+    # ``col == value``, a Boolean column pinned as SQLAlchemy writes it (``flag``,
+    # ``flag == True``, ``flag.is_(True)``, ``~flag``...), ``col IS NULL``: one value in
+    # every row
+    eqs = {plain(c) for c in where_equalities(where)}
+    return eqs | set(boolean_equalities(where)) | null_pins(where)
 
 
 def tables_of(frm: Any) -> list[Any]:
@@ -75,13 +82,6 @@ def tables_of(frm: Any) -> list[Any]:
     if isinstance(frm, Join):
         return tables_of(frm.left) + tables_of(frm.right)
     return [frm]
-
-
-def without_options(stmt: Any) -> Any:
-    """``stmt`` without its loader options: the user's own FROMs, no eager-load joins."""
-    bare = stmt.options()
-    bare._with_options = ()
-    return bare
 
 
 #: final_froms by statement shape (SQLAlchemy's cache key), for FROMs that are all tables

@@ -148,7 +148,9 @@ def _page(conn: Any, stmt: Any, page_size: int, cursor: str | None, timeout: flo
     more = 1 if limit is None or limit - served > size else 0
     shards = query.plan.shard.count
     with (
-        operation("page", conn, query.plan.table.name, shards=shards, page_size=size) as traced,
+        operation(
+            "page", query.bind, query.plan.table.name, shards=shards, page_size=size
+        ) as traced,
         listened,
     ):
         try:
