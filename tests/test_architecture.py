@@ -1,7 +1,7 @@
 """The package's shape, read from its imports: layers, no cycles, no private names across modules.
 
 Layers, lowest first (a module imports only its own layer or below):
-errors/checks/hashing/retry/progress/telemetry -> schema -> spanner -> write -> read -> ids
+errors/checks/hashing/limits/retry/progress/telemetry -> schema -> spanner -> write -> read -> ids
 -> load (and beam) -> tools.
 ``testing`` and the package ``__init__`` sit on top. ``alembic_ext`` is a client of the
 package, outside it. Imports under ``if TYPE_CHECKING:`` are annotations only and not counted.
@@ -23,6 +23,7 @@ LAYERS = {
     "retry": 0,
     "progress": 0,
     "telemetry": 0,
+    "limits": 0,
     "schema": 1,
     "spanner": 2,
     "write": 3,

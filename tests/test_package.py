@@ -51,7 +51,7 @@ def test_utc_datetime_round_trips_aware_on_sqlite() -> None:
 #: what ``import sharded_orm`` may load of the package: the registrations (the dialect
 #: names, the shard DDL, the ORM and Session hooks) and what they stand on (telemetry: the
 #: engine hook counts rows per shard; it imports no OpenTelemetry until an operation runs)
-EAGER_LAYERS = ("errors", "checks", "hashing", "telemetry", "schema", "spanner", "write")
+EAGER_LAYERS = ("errors", "checks", "hashing", "limits", "telemetry", "schema", "spanner", "write")
 
 
 def _loaded_by(code: str) -> set[str]:

@@ -42,6 +42,7 @@ from sharded_orm.spanner.stock import refuse_stock
 from sharded_orm.telemetry import skew
 from sharded_orm.write import stock_writes as _stock_writes  # noqa: F401  (compile hooks)
 from sharded_orm.write import successor
+from sharded_orm.write.begin import begin_for_write
 from sharded_orm.write.rows import Fetch, RowShards, fast_insert_rows, resendable
 from sharded_orm.write.sql import (
     MISSING,
@@ -122,6 +123,7 @@ def _row_fetcher(
     pk = list(getattr(table, "primary_key", None) or ())
     if not pk or any(c.key not in pinned for c in pk):
         return None
+    begin_for_write(conn)  # its reads run in the UPDATE's transaction (pysqlite)
     return StoredRows(conn, table, pk, pinned, rows)
 
 
@@ -255,25 +257,26 @@ def _shard_rows(
             _refuse_cascade(elem, table, targets, (multiparams[0] if multiparams else params) or {})
         return elem, multiparams, params
     on_spanner = is_spanner(conn.dialect)
-    row_shards = RowShards(shards, on_spanner)
+    row_shards = RowShards(shards, on_spanner, conn)
     if any(getattr(sc.column, "table", None) is None for sc in row_shards.client_made):
         rebuilt = onto_declared(elem, table)  # a table() without the shard column
         if rebuilt is not None:
             elem, table = rebuilt
             shards = write_shards(table)
-            row_shards = RowShards(shards, on_spanner)
+            row_shards = RowShards(shards, on_spanner, conn)
         else:
             first = (multiparams[0] if multiparams else params) or {}
             keys = {**statement_values(elem), **first}
             _refuse_missing_columns(table, row_shards, is_insert, keys)
     stmt_values = statement_values(elem)
     if is_insert:
+        # an upsert's DO UPDATE is checked whatever form its INSERT half takes
+        elem = with_upsert_shard(elem, shards)
         if elem._multi_values:
             return _rewrite_multi_values(elem, table, row_shards), multiparams, params
         if elem.select is not None:
             check_from_select(elem, table, row_shards.client_made)
             return elem, multiparams, params
-        elem = with_upsert_shard(elem, shards)
         if not stmt_values and not row_shards.server_made and (multiparams or params):
             rows = multiparams if multiparams else [params]
             taken = take(conn, execution_options, table, rows)

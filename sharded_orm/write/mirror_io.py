@@ -11,17 +11,27 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from sharded_orm.errors import UnsupportedOnDialectError
+from sharded_orm.limits import SPANNER_PARAMETERS, compiled_parameters, rows_per_statement
 from sharded_orm.spanner import is_spanner
 from sharded_orm.write.mirror_rules import MIRROR_OK
+from sharded_orm.write.rows import RowShards
 from sharded_orm.write.successor_plan import MirrorPlan
+from sharded_orm.write.targets import write_shards
 
-__all__ = ["Key", "copy_stmt", "mirror", "normaliser", "old_key", "read_keys", "read_where"]
+__all__ = [
+    "Key",
+    "copy_rows_per_statement",
+    "copy_stmt",
+    "mirror",
+    "normaliser",
+    "old_key",
+    "read_keys",
+    "read_where",
+]
 
-#: key columns per read-back statement stay under this many bound values (Spanner
-#: takes 950 parameters a statement, old SQLite 999)
-_MAX_PARAMS = 600
-#: values per multi-row INSERT into the successor (Spanner takes 950 parameters)
-_MAX_VALUES = 900
+#: keys per read-back statement: an IN list per key column, all of them under Spanner's
+#: parameters per statement (and old SQLite's 999)
+_READ_KEYS = 200
 Key = tuple[Any, ...]
 
 
@@ -68,7 +78,7 @@ def read_keys(conn: Connection, mp: MirrorPlan, keys: Iterable[Key]) -> dict[Key
     wanted = {norm(k): k for k in keys}
     found: dict[Key, dict[str, Any]] = {}
     todo = list(wanted.values())
-    size = max(1, min(200, _MAX_PARAMS // len(mp.old_key)))
+    size = max(1, min(_READ_KEYS, SPANNER_PARAMETERS // len(mp.old_key)))
     for i in range(0, len(todo), size):
         chunk = todo[i : i + size]
         where = [
@@ -140,12 +150,58 @@ def _copy_sqlite(conn: Connection, mp: MirrorPlan, rows: list[dict[str, Any]]) -
 def _copy_spanner(conn: Connection, mp: MirrorPlan, rows: list[dict[str, Any]]) -> None:
     """Spanner: the rows read back, written as they were read (Spanner's types come back
     exactly as stored), ``INSERT OR UPDATE`` by the successor's primary key (a unique
-    index refuses it loudly), one multi-row statement per 900 values; the engine hook
-    computes the new shards."""
-    per = max(1, _MAX_VALUES // max(1, len(mp.copied)))
+    index refuses it loudly); the engine hook computes the new shards. One multi-row
+    statement per :func:`copy_rows_per_statement` rows: sized from the statement as sent,
+    with every column the hook adds to each row."""
     stmt = sa.insert(mp.new).prefix_with("OR UPDATE")
-    for i in range(0, len(rows), per):
-        conn.execute(stmt.values([mp.new_row(r) for r in rows[i : i + per]]))
+    new_rows = [mp.new_row(r) for r in rows]
+    per = copy_rows_per_statement(conn, mp, new_rows)
+    for i in range(0, len(new_rows), per):
+        conn.execute(stmt.values(new_rows[i : i + per]))
+
+
+_per_copy: weakref.WeakKeyDictionary[sa.Table, dict[tuple[Any, ...], int]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def copy_rows_per_statement(
+    conn: Connection, mp: MirrorPlan, rows: list[dict[str, Any]], limit: int = SPANNER_PARAMETERS
+) -> int:
+    """How many successor rows one multi-row ``INSERT OR UPDATE`` may carry under ``limit``
+    parameters: its widest row is filled as the engine hook fills every row (each new
+    shard column the client computes; a server-side one is left out), and the statement
+    compiled with one such row and with two, so what a row costs is counted from the
+    statement as it is finally sent (:func:`sharded_orm.limits.rows_per_statement`). Two
+    compiles per table and row shape, remembered."""
+    if not rows:
+        return 1
+    widest = max(rows, key=len)
+    shape = (conn.dialect.name, len(mp.new.c), limit, tuple(widest))
+    known = _per_copy.setdefault(mp.new, {})
+    hit = known.get(shape)
+    if hit is not None:
+        return hit
+    filled = RowShards(write_shards(mp.new), is_spanner(conn.dialect), conn).insert_row(
+        dict(widest), {}
+    )
+
+    def sent() -> dict[str, Any]:  # the row as the hook sends it: each value a literal
+        return {
+            k: v if isinstance(v, sa.ClauseElement) else sa.literal(v, mp.new.c[k].type)
+            for k, v in filled.items()
+        }
+
+    stmt = sa.insert(mp.new).prefix_with("OR UPDATE")
+    one, two = (
+        compiled_parameters(stmt.values([sent() for _ in range(n)]).compile(dialect=conn.dialect))
+        for n in (1, 2)
+    )
+    per = rows_per_statement(one, two, limit)
+    if len(known) > 64:
+        known.clear()
+    known[shape] = per
+    return per
 
 
 def mirror(

@@ -39,7 +39,13 @@ from sqlalchemy.sql.selectable import Exists, ScalarSelect, SelectBase
 
 from sharded_orm.errors import ShardConfigError
 from sharded_orm.spanner import is_spanner
-from sharded_orm.write.sql import MISSING, literal_value, statement_values
+from sharded_orm.write.mirror_keys import (
+    generated_known,
+    generated_shard,
+    key_of_row,
+    python_default,
+)
+from sharded_orm.write.sql import MISSING, column_key, literal_value, statement_values
 from sharded_orm.write.successor_plan import MirrorPlan
 
 __all__ = ["MIRROR_OK", "Shape", "check_statement", "refusal"]
@@ -281,8 +287,10 @@ def _insert_shape(conn: Any, elem: Insert, mp: MirrorPlan, rows: list[Any]) -> S
                     "which the client cannot read back by",
                     "Give the key as a value until the contract.",
                 )
-        elif (rows and all(c.key in r for r in rows)) or _python_default(c):
+        elif (rows and all(c.key in r for r in rows)) or python_default(c):
             continue
+        elif generated_known(mp, c, values, rows):
+            continue  # Spanner computes it from sources the client knows: so does the mirror
         elif _reported(conn, elem, rows):
             database_key = True
         else:
@@ -309,10 +317,6 @@ def _reported(conn: Any, elem: Insert, rows: list[Any]) -> bool:
     return bool(getattr(elem, "_return_defaults", False)) and bool(
         getattr(conn.dialect, "insert_executemany_returning", False)
     )
-
-
-def _python_default(c: sa.Column[Any]) -> bool:
-    return c.default is not None and bool(c.default.is_scalar or c.default.is_callable)
 
 
 def _on_conflict(clause: Any, mp: MirrorPlan) -> str:
@@ -351,8 +355,8 @@ def _multi_keys(elem: Insert, mp: MirrorPlan) -> tuple[tuple[Any, ...], ...]:
     for group in elem._multi_values:
         for raw in group:
             row = raw if isinstance(raw, dict) else dict(zip(mp.old.c, raw, strict=False))
-            by_key = {getattr(k, "key", k): v for k, v in row.items()}
-            key = tuple(literal_value(by_key.get(c.key, MISSING)) for c in mp.old_key)
+            by_key: dict[str, Any] = {column_key(k): literal_value(v) for k, v in row.items()}
+            key = key_of_row(mp, by_key, {}, MISSING)
             if any(v is MISSING for v in key):
                 raise refusal(
                     mp.old,
@@ -411,11 +415,22 @@ def check_statement(conn: Any, elem: Any, mp: MirrorPlan, rows: list[Any]) -> Sh
                     f"the key column {c.key!r} has a SQL onupdate",
                     "Give the key column a Python onupdate, or none.",
                 )
+            generated = generated_shard(mp, c)
+            if generated is not None:
+                # Spanner's generated shard: it changes with its sources alone, and its
+                # new value is theirs hashed (SQLite: the client fills it in the row)
+                if any(k in values or k in first for k in generated.source_keys) or any(
+                    src.onupdate is not None for src in generated.sources
+                ):
+                    sets.append(c.key)
+                continue
             if c.server_onupdate is not None:
                 raise refusal(
                     table,
-                    f"the key column {c.key!r} has a server onupdate",
-                    "Drop it until the contract.",
+                    f"the key column {c.key!r} has a server onupdate (the database may change "
+                    "it on any UPDATE)",
+                    "Drop the server onupdate until the contract, or give the key column a "
+                    "Python onupdate.",
                 )
             if c.key in values or c.key in first or c.onupdate is not None:
                 sets.append(c.key)

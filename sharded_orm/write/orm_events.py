@@ -35,6 +35,7 @@ from typing import Any, cast
 from sqlalchemy import event
 from sqlalchemy.orm import EXT_CONTINUE, Mapper
 from sqlalchemy.orm.attributes import instance_dict, set_committed_value
+from sqlalchemy.sql.schema import Column
 
 from sharded_orm.errors import ShardingError
 from sharded_orm.schema.columns import ShardColumn, piece_kind
@@ -48,20 +49,28 @@ from sharded_orm.write.attr_events import (
 )
 from sharded_orm.write.engine_hook import watch
 from sharded_orm.write.fastpath import given_mark_key, object_filler
-from sharded_orm.write.rows import mismatch
+from sharded_orm.write.row_errors import mismatch
 from sharded_orm.write.sql import MISSING, evaluate_default, evaluate_onupdate
 from sharded_orm.write.trust import Shape, Tally, expected, forget, updates_of
 
 
 def _insert_values(
-    sc: ShardColumn, source_attrs: tuple[str, ...], target: Any, d: Any
+    sc: ShardColumn,
+    source_attrs: tuple[str, ...],
+    target: Any,
+    d: Any,
+    columns: list[tuple[str, str]],
+    connection: Any,
 ) -> list[Any]:
-    """Source values for an INSERT, evaluating (and storing) Python-side defaults."""
+    """Source values for an INSERT, evaluating (and storing) Python-side defaults; a
+    context-sensitive one sees, as in SQLAlchemy, the object's column values by column
+    key (``columns``: (attribute, column key) of the table's columns)."""
     values = []
     for col, attr in zip(sc.sources, source_attrs, strict=True):
         v = d.get(attr)
         if v is None:
-            dv = evaluate_default(col, {a: d[a] for a in source_attrs if a in d})
+            params = {k: d[a] for a, k in columns if a in d}
+            dv = evaluate_default(col, params, connection)
             if dv is not MISSING:
                 setattr(target, attr, dv)  # store exactly what we hash
                 v = dv
@@ -103,6 +112,17 @@ def install_mapper_events(mapper: Mapper[Any]) -> None:
         if c.onupdate is not None
     }
 
+    # (attribute, column key, table) of every mapped column: what SQLAlchemy's context
+    # shows a context-sensitive default or onupdate of a source, by column key
+    all_columns = [
+        (p.key, c.key, c.table)
+        for p in mapper.column_attrs
+        for c in p.columns
+        if isinstance(c, Column) and c.table in mapper.tables
+    ]
+    table_columns: dict[int, list[tuple[str, str]]] = {}
+    for a, k, t in all_columns:
+        table_columns.setdefault(id(t), []).append((a, k))
     fill = object_filler(plans)
     record_keys = _record_keys(mapper, plans)
     # per shard: (attribute, given mark, (column key, attribute)) and all of them derived
@@ -143,7 +163,7 @@ def install_mapper_events(mapper: Mapper[Any]) -> None:
                     d[attr] = None
         try:
             if not fill(d):
-                _fill_slowly(state, d)
+                _fill_slowly(state, d, connection)
         except BaseException:
             forget(connection)
             raise
@@ -155,11 +175,13 @@ def install_mapper_events(mapper: Mapper[Any]) -> None:
             add(connection, cache, table, shape, d, derived, map(get, attrs))
         return EXT_CONTINUE
 
-    def _fill_slowly(state: Any, d: Any) -> None:
+    def _fill_slowly(state: Any, d: Any, connection: Any) -> None:
         target = state.obj()
         for sc, shard_attr, source_attrs in plans:
             # unset or None: maybe a default applies (evaluated and stored)
-            values = _insert_values(sc, source_attrs, target, d)
+            values = _insert_values(
+                sc, source_attrs, target, d, table_columns[id(sc.column.table)], connection
+            )
             send = sc.values_to_send(values)
             for attr, v, stored in zip(source_attrs, values, send, strict=True):
                 if stored is not v:
@@ -182,7 +204,7 @@ def install_mapper_events(mapper: Mapper[Any]) -> None:
             last = seen[0] = (weakref.ref(connection), updates_of(connection), {})
         if onupdate:
             target = state.obj()
-            _apply_onupdate(state, target, onupdate, [p.key for p in mapper_.column_attrs])
+            _apply_onupdate(state, target, onupdate, all_columns, connection)
         committed = state.committed_state
         for plan in update_plans:
             sc, shard_attr, source_attrs, sources, mark, in_pk, pk_at, table, tail, keep = plan
@@ -326,16 +348,34 @@ def _was_derived(sc: ShardColumn, state: Any, source_attrs: tuple[str, ...], giv
 
 
 def _apply_onupdate(
-    state: Any, target: Any, onupdate: dict[str, Any], column_attrs: list[str]
+    state: Any,
+    target: Any,
+    onupdate: dict[str, Any],
+    columns: list[tuple[str, str, Any]],
+    connection: Any,
 ) -> None:
     """Evaluate a source's Python onupdate now, when the row will be UPDATEd anyway, so
-    the value SQLAlchemy would write behind the hook's back is the one hashed."""
-    if not any(state.attrs[a].history.has_changes() for a in column_attrs):
+    the value SQLAlchemy would write behind the hook's back is the one hashed. A
+    context-sensitive one sees what SQLAlchemy's context would: the values the UPDATE of
+    its table sets, by column key (``columns``: (attribute, column key, table) of the
+    mapper's columns), each onupdate evaluated before it included."""
+    attrs = state.attrs
+    changed = {a for a in dict.fromkeys(a for a, _, _ in columns) if attrs[a].history.has_changes()}
+    if not changed:
         return  # no net change: the ORM sends no UPDATE, the onupdate must not fire
     d = instance_dict(target)
+    sets: dict[Any, dict[str, Any]] = {}
     for attr, col in onupdate.items():
-        if not state.attrs[attr].history.has_changes():
-            setattr(target, attr, evaluate_onupdate(col, dict(d)))
+        if attr in changed:
+            continue
+        params = sets.get(col.table)
+        if params is None:
+            params = sets[col.table] = {
+                k: d.get(a) for a, k, t in columns if t is col.table and a in changed
+            }
+        value = evaluate_onupdate(col, params, connection)
+        params[col.key] = value
+        setattr(target, attr, value)
 
 
 def _install_for_sharded_tables(mapper: Mapper[Any], class_: Any) -> None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import datetime as _dt
 from collections.abc import Mapping, Sequence
+from contextvars import ContextVar
 from typing import Any
 
 from sqlalchemy.sql.elements import BindParameter
@@ -26,43 +27,18 @@ from sqlalchemy.sql.elements import BindParameter
 from sharded_orm.errors import ShardConfigError, ShardMismatchError, ShardValueError
 from sharded_orm.schema.columns import ShardColumn
 from sharded_orm.write.fastpath import RowsFiller, UpdateFiller, rows_filler, update_rows_filler
-from sharded_orm.write.sql import MISSING, evaluate_default, evaluate_onupdate, literal_value
+from sharded_orm.write.row_errors import mismatch, no_value, server_rewritten, unhashable_source
+from sharded_orm.write.sql import (
+    MISSING,
+    evaluate_default,
+    evaluate_onupdate,
+    literal_value,
+    row_parameters,
+)
 from sharded_orm.write.stored import StoredRows
 
 #: ``(row, source keys) -> {key: stored value}`` read from the row an UPDATE targets
 Fetch = StoredRows
-
-
-def _unhashable_source(sc: ShardColumn, key: str) -> ShardConfigError:
-    return ShardConfigError(
-        f"the value for shard source {key!r} of {sc.name!r} is a SQL expression; the shard "
-        "can only be computed from plain values. Compute the value in Python first."
-    )
-
-
-def _no_value(sc: ShardColumn, key: str, row: Mapping[str, Any]) -> ShardValueError:
-    table = getattr(sc.column, "table", None)
-    known = set(getattr(table, "c", {}).keys()) if table is not None else set()
-    unknown = [k for k in row if known and k not in known]
-    hint = (
-        f" The row has keys that are not column keys of {getattr(table, 'name', '?')!r}: "
-        f"{', '.join(unknown)} "
-        "(Core takes column keys, not ORM attribute names)."
-        if unknown
-        else ""
-    )
-    return ShardValueError(
-        f"this INSERT gives no value for shard source {key!r} of {sc.name!r} and the column "
-        f"has no Python default, so the shard cannot be computed.{hint}"
-    )
-
-
-def mismatch(sc: ShardColumn, given: Any, shard: int) -> ShardMismatchError:
-    return ShardMismatchError(
-        f"{sc.name}={given!r} disagrees with its sources "
-        f"({', '.join(sc.source_keys)}), which hash to {shard}; such a row would be "
-        f"invisible to sharded queries. Leave {sc.name!r} out and sharded-orm fills it."
-    )
 
 
 def _exact_pin(sc: ShardColumn, i: int, value: Any) -> bool:
@@ -83,8 +59,12 @@ def _exact_pin(sc: ShardColumn, i: int, value: Any) -> bool:
 class RowShards:
     """Fills or checks the shard columns of one table, row by row."""
 
-    def __init__(self, shards: Sequence[ShardColumn], on_spanner: bool) -> None:
+    def __init__(
+        self, shards: Sequence[ShardColumn], on_spanner: bool, connection: Any = None
+    ) -> None:
         self.on_spanner = on_spanner
+        #: the write's Connection: what a context-sensitive default sees as ``connection``
+        self.connection = connection
         self.server_made = [sc for sc in shards if sc.server_side and on_spanner]
         self.client_made = [sc for sc in shards if sc not in self.server_made]
         onupdate = {}
@@ -94,14 +74,21 @@ class RowShards:
                     onupdate[col.key] = col
         #: sources SQLAlchemy would rewrite on UPDATE: evaluated here instead
         self.onupdate_sources = onupdate
+        #: sources the database rewrites on UPDATE, of shards the client computes
+        self.server_rewritten = [
+            (sc, c) for sc in self.client_made for c in sc.sources if c.server_onupdate is not None
+        ]
 
     # ----------------------------------------------------------------------------- INSERT
 
-    def insert_row(self, row: dict[str, Any], stmt_values: Mapping[str, Any]) -> dict[str, Any]:
-        """The row to send, with shard values filled in; raises on a disagreeing one."""
+    def insert_row(
+        self, row: dict[str, Any], stmt_values: Mapping[str, Any], connection: Any = None
+    ) -> dict[str, Any]:
+        """The row to send, with shard values filled in; raises on a disagreeing one.
+        ``connection``: the write's, when this object was made without it."""
         out = row
         for sc in self.client_made:
-            values = self.insert_sources(sc, out, stmt_values)
+            values = self.insert_sources(sc, out, stmt_values, connection)
             if out is row:
                 out = dict(row)
             for k, v in values.items():
@@ -121,11 +108,15 @@ class RowShards:
             )
         return out
 
-    @staticmethod
     def insert_sources(
-        sc: ShardColumn, row: Mapping[str, Any], stmt_values: Mapping[str, Any]
+        self,
+        sc: ShardColumn,
+        row: Mapping[str, Any],
+        stmt_values: Mapping[str, Any],
+        connection: Any = None,
     ) -> dict[str, Any]:
         values: dict[str, Any] = {}
+        params: dict[str, Any] | None = None
         for col in sc.sources:
             k = col.key
             if k in row:
@@ -133,11 +124,13 @@ class RowShards:
             elif k in stmt_values:
                 v = literal_value(stmt_values[k], row)
                 if v is MISSING:
-                    raise _unhashable_source(sc, k)
+                    raise unhashable_source(sc, k)
             else:
-                v = evaluate_default(col, {**stmt_values, **row, **values})
+                if params is None:  # what SQLAlchemy's context shows: values, not binds
+                    params = row_parameters(row, stmt_values)
+                v = evaluate_default(col, {**params, **values}, connection or self.connection)
                 if v is MISSING:
-                    raise _no_value(sc, k, row)
+                    raise no_value(sc, k, row)
             values[k] = v
         return values
 
@@ -153,11 +146,15 @@ class RowShards:
         """The UPDATE row to send. ``fetch(row, keys)`` reads sources the statement does not
         give from the one row its WHERE clause names by primary key (None: not possible)."""
         out = row
+        params: dict[str, Any] | None = None
         for k, col in self.onupdate_sources.items():
             if k not in out and k not in stmt_values:
                 if out is row:
                     out = dict(row)
-                out[k] = evaluate_onupdate(col, {**stmt_values, **out})
+                if params is None:  # what SQLAlchemy's context shows: values, not binds
+                    params = row_parameters(row, stmt_values)
+                # each sees the ones evaluated before it, as in SQLAlchemy
+                out[k] = params[k] = evaluate_onupdate(col, params, self.connection)
         for sc in self.client_made:
             setting = [k for k in sc.source_keys if k in out or k in stmt_values]
             shard_given = sc.key in out or sc.key in stmt_values
@@ -205,6 +202,9 @@ class RowShards:
         once, and the stored ones are read for every row in one batch. ``in_place``: the
         rows are the ORM flush's own, made for this statement alone, and get their shards
         themselves (no copy per row)."""
+        for sc, col in self.server_rewritten:
+            if col.key not in stmt_values and (not rows or col.key not in rows[0]):
+                raise server_rewritten(sc, col)
         plans = self._update_plans(rows, stmt_values, pinned, fetch)
         if plans is None:
             return [self.update_row(r, stmt_values, pinned, fetch) for r in rows]
@@ -279,11 +279,11 @@ class RowShards:
             elif k in stmt_values:
                 v = literal_value(stmt_values[k], row)
                 if v is MISSING:
-                    raise _unhashable_source(sc, k)
+                    raise unhashable_source(sc, k)
             elif k in pinned:
                 v = literal_value(pinned[k], row)
                 if v is MISSING:
-                    raise _unhashable_source(sc, k)
+                    raise unhashable_source(sc, k)
                 if not _exact_pin(sc, i, v):
                     raise ShardConfigError(
                         f"this UPDATE changes the sources of {sc.name!r} and takes {k!r} from "
@@ -422,5 +422,17 @@ def fast_insert_rows(shards: RowShards, rows: Sequence[dict[str, Any]]) -> list[
         if len(_fillers) > 256:
             _fillers.clear()
         checker = RowShards(plan, on_spanner=False)
-        filler = _fillers[plan] = rows_filler(plan, lambda row: checker.insert_row(row, {}))
-    return filler(rows)
+
+        def slow_row(row: dict[str, Any]) -> dict[str, Any]:
+            return checker.insert_row(row, {}, _writing.get())
+
+        filler = _fillers[plan] = rows_filler(plan, slow_row)
+    token = _writing.set(shards.connection)  # the cached filler's slow rows see this write's
+    try:
+        return filler(rows)
+    finally:
+        _writing.reset(token)
+
+
+#: the connection of the INSERT :func:`fast_insert_rows` fills (its cached filler is shared)
+_writing: ContextVar[Any] = ContextVar("sharded_orm_writing", default=None)

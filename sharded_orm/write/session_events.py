@@ -50,8 +50,19 @@ def _plans_of(mapper: Any) -> list[Plan]:
 
 def _refresher(plans: list[Plan]) -> Any:
     sources = frozenset(a for _, _, source_attrs in plans for a in source_attrs)
+    # per shard: its sources an UPDATE rewrites (onupdate=), by attribute
+    rewritten = [
+        (
+            shard_attr,
+            [a for a, c in zip(source_attrs, sc.sources, strict=True) if c.onupdate is not None],
+        )
+        for sc, shard_attr, source_attrs in plans
+    ]
+    rewritten = [(shard_attr, attrs) for shard_attr, attrs in rewritten if attrs]
 
     def on_refresh(target: Any, context: Any, attrs: Any) -> None:
+        if context is None and rewritten:  # an ORM UPDATE statement matched the object
+            _expire_rewritten(target, attrs or (), rewritten)
         if not attrs or sources.isdisjoint(attrs):
             return  # a full load (attrs None: shard and sources read together) or no source
         state = instance_state(target)
@@ -76,6 +87,26 @@ def _refresher(plans: list[Plan]) -> Any:
                 set_committed_value(target, shard_attr, shard)
 
     return on_refresh
+
+
+def _expire_rewritten(target: Any, attrs: Any, rewritten: list[tuple[str, list[str]]]) -> None:
+    """An ORM UPDATE statement (``synchronize_session``) matched the object: the sources
+    it rewrote by their ``onupdate`` (which the engine hook evaluated and sent, so
+    SQLAlchemy does not copy them to the object as it copies its own) and their shard are
+    expired, loaded from the row when next read, as SQLAlchemy expires what the database
+    computed."""
+    state = instance_state(target)
+    stale: set[str] = set()
+    for shard_attr, onupdate_attrs in rewritten:
+        missed = [a for a in onupdate_attrs if a not in attrs]
+        if missed:
+            stale.update(missed)
+            stale.add(shard_attr)
+    stale.difference_update(state.committed_state)  # a pending change: the flush's
+    loaded = [a for a in stale if a in state.dict]
+    session = state.session
+    if loaded and session is not None:  # (an empty list would expire every attribute)
+        session.expire(target, loaded)
 
 
 def _install_refresher(mapper: Mapper[Any], class_: Any) -> None:

@@ -5,9 +5,14 @@ the changed columns; ``bulk_update_mappings`` and the ORM bulk UPDATE by primary
 what they are given) needs the stored values of the others to compute the new shard. They
 are read from the database, in the same transaction, before the UPDATE runs: for every row
 of the statement at once, ``SELECT <key>, <columns> ... WHERE <key> IN (...)`` in batches
-of at most :data:`BATCH` rows (and under Spanner's limit of parameters per statement; of
-:data:`JSON_BATCH` rows where the keys go as one JSON array), so an UPDATE of 2,000 rows
-costs one or two statements more, not 2,000.
+of at most :data:`BATCH` rows (of :data:`JSON_BATCH` rows where the keys go as one JSON
+array), so an UPDATE of 2,000 rows costs one or two statements more, not 2,000.
+
+On Spanner the keys go as one array per key column, joined to the table on equality of
+every key column (:func:`_spanner_by_arrays`): a statement's parameters (one per key
+column) and functions (a few) do not grow with its keys, so no batch meets Spanner's
+limits on parameters or functions per statement (``sharded_orm.limits``). A key column
+with no array type falls back to one OR of ANDs, sized under both limits.
 """
 
 from __future__ import annotations
@@ -16,11 +21,12 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import and_, bindparam, func, or_, select, tuple_
+from sqlalchemy import and_, bindparam, column, func, or_, select, text, tuple_
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql import sqltypes
 from sqlalchemy.sql.elements import BindParameter
 
+from sharded_orm.limits import SPANNER_FUNCTIONS, SPANNER_PARAMETERS, parameter_limit
 from sharded_orm.spanner import is_spanner
 from sharded_orm.write.sql import MISSING, literal_value
 
@@ -29,8 +35,6 @@ BATCH = 1000
 #: rows read per SELECT whose keys go as one JSON array (SQLite): one parameter, whatever
 #: the number of keys
 JSON_BATCH = 10_000
-#: parameters per statement kept under Spanner's limit of 950
-SPANNER_PARAMETERS = 900
 
 
 class StoredRows:
@@ -130,35 +134,118 @@ class StoredRows:
         distinct = dict.fromkeys(self.keys())
         distinct.pop(None, None)
         wanted = list(distinct)
-        size = BATCH
-        spanner = is_spanner(self.conn.dialect)
-        if spanner:
-            size = min(size, max(1, SPANNER_PARAMETERS // len(self.pk)))
-        found: dict[Any, Any] = {}
+        dialect = self.conn.dialect
         n = len(self.pk)
-        as_json = _json_keys(self.conn.dialect, self.pk, wanted)
+        found: dict[Any, Any] = {}
+        arrays = (
+            _spanner_by_arrays(self.table, self.pk, keys, dialect) if is_spanner(dialect) else None
+        )
+        if arrays is not None:
+            stmt, procs = arrays
+            for at in range(0, len(wanted), BATCH):
+                chunk = wanted[at : at + BATCH]
+                parts = [chunk] if n == 1 else [[k[j] for k in chunk] for j in range(n)]
+                params = {
+                    f"{_KEYS}_{j}": part if p is None else [p(v) for v in part]
+                    for j, (p, part) in enumerate(zip(procs, parts, strict=True))
+                }
+                _collect(found, self.conn.execute(stmt, params).all(), n, len(keys))
+            return found
+        as_json = _json_keys(dialect, self.pk, wanted)
         if as_json:
             size = JSON_BATCH
-        stmt = None if spanner and n > 1 else _select_by_keys(self.table, self.pk, keys, as_json)
+        else:
+            limit = parameter_limit(dialect, _dbapi_connection(self.conn))
+            size = BATCH if limit is None else max(1, min(BATCH, limit // n))
+        or_of_ands = is_spanner(dialect) and n > 1
+        if or_of_ands:  # Spanner has no row-value IN: an equality per key part, an AND per key
+            size = max(1, min(SPANNER_PARAMETERS // n, _SPANNER_FUNCTIONS_FREE // (2 * n)))
+        stmt = None if or_of_ands else _select_by_keys(self.table, self.pk, keys, as_json)
         for at in range(0, len(wanted), size):
             chunk = wanted[at : at + size]
             if stmt is not None:
                 got = self.conn.execute(
                     stmt, {_KEYS: json.dumps(chunk) if as_json else chunk}
                 ).all()
-            else:  # Spanner has no row-value IN: one AND per row
+            else:
                 cols = [self.table.c[k] for k in keys]
                 match = or_(
                     *[and_(*[c == v for c, v in zip(self.pk, k, strict=True)]) for k in chunk]
                 )
                 got = self.conn.execute(select(*self.pk, *cols).where(match)).all()
-            if n == 1:
-                found.update(got if len(keys) == 1 else [(r[0], r[1:]) for r in got])
-            elif len(keys) == 1:
-                found.update([(r[:n], r[n]) for r in got])
-            else:
-                found.update([(r[:n], r[n:]) for r in got])
+            _collect(found, got, n, len(keys))
         return found
+
+
+#: functions an OR of ANDs may spend (Spanner's limit, less the statement's own few)
+_SPANNER_FUNCTIONS_FREE = SPANNER_FUNCTIONS - 10
+
+
+def _collect(found: dict[Any, Any], got: Sequence[Any], n: int, asked: int) -> None:
+    """Rows read (``n`` key values, then the ``asked`` values) into ``found`` by key."""
+    if n == 1:
+        found.update(got if asked == 1 else [(r[0], r[1:]) for r in got])
+    elif asked == 1:
+        found.update([(r[:n], r[n]) for r in got])
+    else:
+        found.update([(r[:n], r[n:]) for r in got])
+
+
+def _dbapi_connection(conn: Connection) -> Any:
+    try:
+        return conn.connection.driver_connection
+    except Exception:  # noqa: BLE001  (a closed or detached connection: the default limit)
+        return None
+
+
+#: Spanner's scalar types a key column may have, as an array parameter is cast to them
+_ARRAY_TYPES = frozenset(
+    {"INT64", "STRING", "BYTES", "DATE", "TIMESTAMP", "NUMERIC", "FLOAT64", "FLOAT32", "BOOL"}
+)
+_arrays: dict[tuple[int, tuple[str, ...], str], tuple[Any, Any, list[Any]]] = {}
+
+
+def _spanner_by_arrays(
+    table: Any, pk: list[Any], keys: list[str], dialect: Any
+) -> tuple[Any, list[Any]] | None:
+    """Spanner: ``SELECT <key>, <keys> FROM UNNEST(@k0) AS k0 WITH OFFSET AS i JOIN table
+    ON key0 = k0 AND key1 = @k1[OFFSET(i)] ...``, each ``@kj`` the array of the keys'
+    j-th values (cast to its column's type), and the bind processor of each key column,
+    applied to each value. None when a key column's type has no Spanner array type."""
+    at = (id(table), tuple(keys), dialect.name)
+    hit = _arrays.get(at)
+    if hit is not None and hit[0] is table:
+        return hit[1], hit[2]
+    types = []
+    for c in pk:
+        name = str(dialect.type_compiler_instance.process(c.type)).split("(")[0].strip().upper()
+        if name not in _ARRAY_TYPES:
+            return None
+        types.append(name)
+    prep = dialect.identifier_preparer
+
+    def quoted(name: str) -> str:  # a ":" in a quoted name is no parameter of text()
+        return str(prep.quote(name)).replace(":", "\\:")
+
+    columns = [*pk, *[table.c[k] for k in keys]]
+    picked = ", ".join(f"so_t.{quoted(c.name)}" for c in columns)
+    on = [f"so_t.{quoted(pk[0].name)} = so_k0"]
+    on += [
+        f"so_t.{quoted(c.name)} = CAST(:{_KEYS}_{j} AS ARRAY<{types[j]}>)[OFFSET(so_i)]"
+        for j, c in enumerate(pk)
+        if j
+    ]
+    table_name = str(prep.format_table(table)).replace(":", "\\:")
+    sql = (
+        f"SELECT {picked} FROM UNNEST(CAST(:{_KEYS}_0 AS ARRAY<{types[0]}>)) AS so_k0 "
+        f"WITH OFFSET AS so_i JOIN {table_name} AS so_t ON {' AND '.join(on)}"
+    )
+    stmt = text(sql).columns(*[column(c.name, c.type) for c in columns])
+    procs = [c.type.dialect_impl(dialect).bind_processor(dialect) for c in pk]
+    if len(_arrays) > 1024:
+        _arrays.clear()
+    _arrays[at] = (table, stmt, procs)
+    return stmt, procs
 
 
 _KEYS = "sharded_orm_keys"

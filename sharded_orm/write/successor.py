@@ -42,7 +42,9 @@ from sqlalchemy.sql.elements import TextClause
 
 from sharded_orm.errors import ShardConfigError, SuccessorWriteError
 from sharded_orm.spanner import is_spanner
+from sharded_orm.write.begin import begin_for_write
 from sharded_orm.write.mirror_io import Key, mirror, normaliser, old_key, read_keys, read_where
+from sharded_orm.write.mirror_keys import key_of_row
 from sharded_orm.write.mirror_rules import MIRROR_OK, Shape, check_statement, refusal
 from sharded_orm.write.sql import literal_value, statement_values
 from sharded_orm.write.successor_plan import (
@@ -118,19 +120,17 @@ def _before_execute(
     shape = check_statement(conn, elem, mp, rows)
     if st.failed is not None:
         raise SuccessorWriteError(st.failed)
+    begin_for_write(conn)  # the reads below run in the statement's transaction (pysqlite)
     norm = normaliser(mp.old, mp.old_key, conn.dialect)
     old_keys: list[list[Key]] = []
     pre: dict[Key, dict[str, Any]] = {}
     if shape.kind == "insert":
         if shape.upsert == "update" and not mp.follows_key:  # the row may move in the successor
-            values = statement_values(elem)
-            keys = [
-                tuple(
-                    literal_value(values[c.key], r) if c.key in values else r.get(c.key)
-                    for c in mp.old_key
-                )
-                for r in rows
-            ]
+            if shape.multi_keys is not None:  # multi-VALUES: the keys are in the statement
+                keys = list(shape.multi_keys)
+            else:
+                values = statement_values(elem)
+                keys = [key_of_row(mp, r, values) for r in rows]
             pre = read_keys(conn, mp, [k for k in keys if None not in k])
     elif shape.key_binds is not None:
         old_keys = _bound_keys(shape, rows)
@@ -150,14 +150,7 @@ def _inserted_keys(p: _Pending, elem: Insert, result: Any) -> list[Key]:
     context = result.context
     compiled = context.compiled_parameters or []
     values = statement_values(elem)
-    keys = []
-    for row in compiled:
-        keys.append(
-            tuple(
-                literal_value(values[c.key], row) if c.key in values else row.get(c.key)
-                for c in p.mp.old_key
-            )
-        )
+    keys = [key_of_row(p.mp, row, values) for row in compiled]  # a generated shard hashed
     if p.shape.database_key:
         reported = list(result.inserted_primary_key_rows)
         keys = [tuple(r) for r in reported]
