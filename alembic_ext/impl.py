@@ -116,6 +116,21 @@ def _is_ddl(construct: Any) -> bool:
     return isinstance(construct, sa.TextClause) and bool(_DDL.match(construct.text))
 
 
+def _quiet_autocommit(connection: Connection) -> None:
+    """On an AUTOCOMMIT connection (sqlalchemy-spanner's env.py recipe), no commit warning.
+
+    In autocommit mode the DB-API commits each statement itself, and warns "This method
+    is non-operational as a transaction has not been started" at every commit and
+    rollback Alembic (and the pool) then make, which have nothing to do: a line per
+    migration, on every command. sqlalchemy-spanner's ``ignore_transaction_warnings``
+    execution option turns exactly that warning off on this connection; nothing else
+    changes (docs/migrations.md says why AUTOCOMMIT can go).
+    """
+    driver: Any = connection.connection.driver_connection
+    if driver is not None and getattr(driver, "autocommit", False):
+        connection.execution_options(ignore_transaction_warnings=True)
+
+
 class SpannerImpl(SpannerComparisons, DefaultImpl):
     """Alembic impl for sqlalchemy-spanner (see the module docstring)."""
 
@@ -138,6 +153,8 @@ class SpannerImpl(SpannerComparisons, DefaultImpl):
             dialect, connection, as_sql, transactional_ddl, output_buffer, context_opts
         )
         reflection.install_inspector(dialect)
+        if connection is not None and not as_sql:
+            _quiet_autocommit(connection)
         context_opts["render_item"] = chain_render_item(context_opts.get("render_item"))
         self.pending_ddl: list[str] = []
         #: statements of each UpdateDatabaseDdl this impl sent, in order

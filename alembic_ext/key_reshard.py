@@ -36,7 +36,7 @@ from sharded_orm.errors import ShardConfigError
 
 from .errors import MigrationError
 from .impl_guard import require_our_impl
-from .steps import own_transactions
+from .steps import own_transactions, reporting
 
 #: ``Config.attributes`` key of a progress callback: the same key as ``op.backfill_shard``'s
 #: (``alembic_ext.ops.PROGRESS_ATTRIBUTE``; ops imports this module, so it is not imported)
@@ -309,7 +309,8 @@ def _run_retire(operations: Operations, op: RetireTableOp) -> None:
             f"copy: {diff}. Something writes {op.copy.target} or {retired} outside the "
             "library; stop it and run the upgrade again (nothing is dropped yet)."
         )
-    report = verify(engine, target, progress_mode="off")
+    with reporting():
+        report = verify(engine, target, progress_mode=_progress(operations)[1])
     if not report.ok:
         raise MigrationError(
             f"{op.copy.target} has rows whose shard disagrees with their sources: "

@@ -33,6 +33,7 @@ from .backfill import DEADLINE_ATTRIBUTE, ENGINES, check_backfill_args
 from .errors import MigrationError
 from .impl_guard import require_our_impl
 from .markers import Marker
+from .notes import NoteOp
 from .steps import own_transactions
 
 #: ``alembic.config.Config.attributes`` key: a progress callback for ``op.backfill_shard``
@@ -158,7 +159,14 @@ class VerifyShardOp(BackfillShardOp):
 class CompleteShardOp(VerifyShardOp):
     """Before a shard column becomes NOT NULL (the contract of its first layout): fill the
     rows written since the expand by code that did not fill it; the NOT NULL after it then
-    fences such code (its INSERTs fail) and finds no NULL left."""
+    fences such code (its INSERTs fail) and finds no NULL left. Its reverse is a comment:
+    the rows keep their shard (a backfill there walked the table for nothing)."""
+
+    def reverse(self) -> MigrateOperation:
+        return NoteOp(
+            f"nothing to undo for the fill of {self.table_name}.{self.column_name}: its rows "
+            "keep their shard, and the column is nullable again above"
+        )
 
 
 @Operations.implementation_for(BackfillShardOp)

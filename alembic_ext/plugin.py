@@ -11,7 +11,9 @@ done first imports Alembic, which loads this module again: ``setup`` must exist 
 then), the ``alembic_ext`` package ``__init__`` that Python runs first imports only this
 module, and :func:`setup` and the comparator import what they need when called
 (``alembic.util`` is complete when Alembic calls ``setup``; :mod:`alembic_ext.compare`
-on the comparator's first call). Importing ``alembic.autogenerate`` here was the
+on the comparator's first call). :func:`setup` also registers sharded-orm's Spanner
+dialect (:func:`register_dialect`), so env.py needs no ``import sharded_orm`` in either
+import order (docs/migrations.md). Importing ``alembic.autogenerate`` here was the
 circular import that kept the entry point out. Without the entry point (a source tree
 that is not installed), ``import alembic_ext`` registers the plugin through
 :func:`register`.
@@ -69,9 +71,75 @@ def compare_shard_server_default(
     return PriorityDispatchResult.CONTINUE
 
 
+def register_dialect() -> None:
+    """Register sharded-orm's Spanner dialect with SQLAlchemy, by module path.
+
+    Alembic calls :func:`setup` on ``import alembic``, which every Alembic command does
+    before it runs env.py: an engine env.py then makes (itself, or by importing the app's
+    engine module) gets our dialect, and the dialect brings our impl. Without this, an
+    env.py that never imports the library got sqlalchemy-spanner's own dialect and
+    Alembic's bare ``KeyError: 'spanner+spanner'``. Registered as ``sharded_orm.spanner``
+    does, by module path: nothing of the library is imported until such an engine is made.
+
+    Not when sqlalchemy-spanner's module is already loaded: its import imports Alembic, so
+    this runs while an app that never imports the library makes its engine on the stock
+    dialect (the old code of docs/adopting.md); that process keeps its choice, and loads
+    nothing of the library. An engine on the stock dialect gets our impl when it connects
+    inside an Alembic command (below).
+    """
+    import sys
+
+    from sqlalchemy import event
+    from sqlalchemy.dialects import registry
+    from sqlalchemy.engine import Engine
+
+    if "google.cloud.sqlalchemy_spanner" not in sys.modules:
+        for name in ("spanner.spanner", "spanner"):  # as sharded_orm.spanner registers
+            registry.register(name, "sharded_orm.spanner.dialect", "SpannerDialect")
+    if not event.contains(Engine, "engine_connect", _impl_for_stock_engine):
+        event.listen(Engine, "engine_connect", _impl_for_stock_engine)
+
+
+#: set once the listener below has defined alembic_ext.impl
+_impl_defined = False
+#: the names sqlalchemy-spanner's dialect goes by (sharded_orm.spanner.SPANNER_DIALECT_NAMES)
+_SPANNER = ("spanner+spanner", "spanner")
+
+
+def _impl_for_stock_engine(connection: Any) -> None:
+    """Define our impl when an engine made before ``import alembic`` connects in a command.
+
+    Such an engine (a script that imports the app's engine module, then runs Alembic's
+    command API) has sqlalchemy-spanner's own dialect, which brings no impl: Alembic
+    failed on it with ``KeyError: 'spanner+spanner'``. Our impl runs plain migrations on
+    it; what needs our dialect is refused naming the fix (``sharded_orm.spanner.stock``).
+    An impl the app defines itself is still honoured (``.impl_guard``). Outside an Alembic
+    command (env.py running) nothing is loaded: an app on the stock dialect stays as it is.
+    """
+    global _impl_defined
+    if _impl_defined or getattr(connection.dialect, "name", None) not in _SPANNER:
+        return
+    import sys
+
+    if getattr(sys.modules.get("alembic"), "__version__", None) is None:
+        return  # Alembic's own import is still under way
+    from alembic import context
+
+    try:
+        context.config  # noqa: B018  (set while an Alembic command runs env.py)
+    except (NameError, AttributeError):
+        return
+    import importlib
+
+    importlib.import_module("alembic_ext.impl")
+    _impl_defined = True
+
+
 def setup(plugin: Plugin) -> None:
-    """Register our comparators on ``plugin`` (Alembic's plugin protocol)."""
+    """Register our comparators on ``plugin`` (Alembic's plugin protocol), and our dialect."""
     from alembic.util import DispatchPriority
+
+    register_dialect()
 
     plugin.add_autogenerate_comparator(
         compare,

@@ -29,6 +29,7 @@ from sharded_orm.schema.types import UTCDateTime
 
 from . import reflection
 from .markers import marker_clause
+from .notes import NoteOp
 from .ops import (
     AddShardColumnOp,
     AlterIndexStoringOp,
@@ -162,6 +163,25 @@ def _nullable_copy(column: sa.Column[Any]) -> sa.Column[Any]:
     return sa.Column(column.name, column.type, nullable=True)
 
 
+def _expand_steps(nullable: bool, marker: bool) -> list[str]:
+    """The comment naming exactly the steps rendered after it."""
+    steps = ["expand (nullable)", "backfill existing rows (online, batched, resumable)"]
+    if not nullable:
+        steps.append("NOT NULL")
+    if marker:
+        steps.append("the marker recording its spec")
+    text = ", ".join(steps[:-1]) + ", then " + steps[-1] + "."
+    if len(text) <= 90:
+        return [f"# {text}"]
+    cut = text.rindex(", ", 0, 90) + 1
+    return [f"# {text[:cut]}", f"# {text[cut + 1 :]}"]
+
+
+@renderers.dispatch_for(NoteOp)
+def _render_note(ctx: AutogenContext, op: NoteOp) -> list[str]:
+    return [f"# sharded_orm: {op.text}"]
+
+
 @renderers.dispatch_for(AddShardColumnOp)
 def _render_add_shard_column(ctx: AutogenContext, op: AddShardColumnOp) -> list[str]:
     p = _op_prefix(ctx)
@@ -173,8 +193,7 @@ def _render_add_shard_column(ctx: AutogenContext, op: AddShardColumnOp) -> list[
     lines = [
         f"# sharded_orm: add shard column {op.table_name}.{col.name} "
         f"(shard of {', '.join(op.sources)} mod {op.count}, {op.algorithm}):",
-        "# expand (nullable), backfill existing rows (online, batched, resumable),",
-        "# then NOT NULL and the marker recording its spec.",
+        *_expand_steps(bool(col.nullable), op.marker is not None),
         render_op_text(ctx, ops.AddColumnOp(op.table_name, _nullable_copy(col))),
         f"{p}backfill_shard({op.table_name!r}, {col.name!r}, sources=[{srcs}], "
         f"count={op.count}, algorithm={op.algorithm!r})",

@@ -19,16 +19,32 @@ before the step, commits; the SQLAlchemy transaction, Alembic's inside
 statements after the step commit or roll back with it, as its owner decides. Other
 databases get Alembic's ``autocommit_block``, and, in a transaction Alembic did not
 begin, an error saying to commit or roll it back first instead of its bare assertion.
+
+Their progress lines go to the ``alembic.sharded_orm`` logger (:func:`reporting`): a child
+of ``alembic``, so the ``alembic.ini`` that ``alembic init`` writes shows them at ``INFO``
+as it shows Alembic's own lines (it drops ``INFO`` of other loggers, and disables those
+created before env.py's ``fileConfig`` that it does not name).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 
 from alembic.runtime.migration import MigrationContext
 
+from sharded_orm.progress import log_to
+
 from .errors import MigrationError
+
+#: the logger of the progress lines of a step inside a migration
+PROGRESS_LOGGER = "alembic.sharded_orm"
+
+
+def reporting() -> AbstractContextManager[None]:
+    """Progress lines of the jobs started inside it go to :data:`PROGRESS_LOGGER`."""
+    return log_to(logging.getLogger(PROGRESS_LOGGER))
 
 
 @contextmanager
@@ -37,9 +53,11 @@ def own_transactions(ctx: MigrationContext) -> Iterator[None]:
     end = getattr(ctx.impl, "end_transaction", None)
     if end is not None:
         end()
-        yield
+        with reporting():
+            yield
         return
     with ExitStack() as stack:
+        stack.enter_context(reporting())
         try:
             stack.enter_context(ctx.autocommit_block())
         except AssertionError as exc:  # Alembic's: a transaction it did not begin

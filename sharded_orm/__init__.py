@@ -25,6 +25,9 @@ from sharded_orm.spanner import expressions as _expressions  # noqa: F401
 from sharded_orm.write import orm_events as _orm_events  # noqa: F401
 from sharded_orm.write import session_events as _session_events  # noqa: F401
 
+#: the installed distribution's version (``importlib.metadata``), read on first use
+__version__: str
+
 if TYPE_CHECKING:
     from sharded_orm.errors import (
         ShardConfigError,
@@ -154,6 +157,11 @@ _LAZY: dict[str, str] = {
 if not TYPE_CHECKING:  # hidden from mypy and IDEs: a misspelt name stays an error there
 
     def __getattr__(name: str) -> Any:
+        if name == "__version__":  # read on first use: importlib.metadata is not free
+            from sharded_orm.telemetry.version import version
+
+            globals()[name] = version()
+            return globals()[name]
         module = _LAZY.get(name)
         if module is None:
             raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
@@ -163,7 +171,7 @@ if not TYPE_CHECKING:  # hidden from mypy and IDEs: a misspelt name stays an err
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+    return sorted(set(globals()) | set(_LAZY) | {"__version__"})
 
 
 __all__ = [

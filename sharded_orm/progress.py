@@ -1,8 +1,14 @@
 """Progress for long jobs (bulk loads, backfills, verify) that people and log files can read.
 
 On a terminal it draws a real bar (``rich``, imported only then); anywhere else (a log file,
-CI, a pipe) it writes a plain line through :mod:`logging` every ``interval`` seconds with rows
-done, rate and ETA, and one closing line. It never writes a ``\\r``-redrawn line to a log.
+CI, a pipe) it writes a plain line through :mod:`logging` every ``interval`` seconds (5 by
+default, ``SHARDED_ORM_PROGRESS_INTERVAL`` to change it) with rows done, rate and ETA, and one
+closing line. The lines are timed, not counted: a clock thread writes one when the interval
+passes without one, so a single slow batch (or a job that has not finished its first) is
+not silent. It never writes a ``\\r``-redrawn line to a log.
+
+:func:`log_to` sends the lines of the jobs started inside it to another logger: Alembic's
+operations use it, so their progress goes where ``alembic.ini`` sends Alembic's own lines.
 
     with progress(total=len(rows), description="backfill LogEntries.NewShard") as bar:
         for batch in batches:
@@ -14,17 +20,20 @@ done, rate and ETA, and one closing line. It never writes a ``\\r``-redrawn line
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import os
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from types import TracebackType
 from typing import IO, Any, Literal
 
 from sharded_orm.errors import ShardConfigError, ShardTypeError
 
-__all__ = ["Progress", "progress"]
+__all__ = ["Progress", "log_to", "progress"]
 
 Mode = Literal["auto", "bar", "log", "off"]
 
@@ -33,6 +42,47 @@ _log = logging.getLogger("sharded_orm.progress")
 #: Environment override of the ``auto`` choice (``bar``, ``log`` or ``off``), e.g. for a cron job
 #: run from a terminal multiplexer.
 ENV_MODE = "SHARDED_ORM_PROGRESS"
+#: Environment override of the default seconds between two log lines (e.g. ``2``).
+ENV_INTERVAL = "SHARDED_ORM_PROGRESS_INTERVAL"
+#: Seconds between two log lines unless told otherwise.
+DEFAULT_INTERVAL = 5.0
+
+_logger_override: contextvars.ContextVar[logging.Logger | None] = contextvars.ContextVar(
+    "sharded_orm_progress_logger", default=None
+)
+
+
+@contextmanager
+def log_to(logger: logging.Logger) -> Iterator[None]:
+    """Jobs started inside the ``with`` block log their lines to ``logger`` (unless given one).
+
+    Inside ``alembic upgrade``, env.py's ``fileConfig`` (the ``alembic.ini`` that ``alembic
+    init`` writes) shows ``INFO`` lines of the ``alembic`` loggers only, and disables every
+    logger created before it that it does not name: ``sharded_orm.progress`` lines were
+    dropped there. Alembic's operations log to ``alembic.sharded_orm`` through this.
+    """
+    token = _logger_override.set(logger)
+    try:
+        yield
+    finally:
+        _logger_override.reset(token)
+
+
+def default_interval() -> float:
+    """``SHARDED_ORM_PROGRESS_INTERVAL`` (seconds), or :data:`DEFAULT_INTERVAL`."""
+    raw = os.environ.get(ENV_INTERVAL, "").strip()
+    if not raw:
+        return DEFAULT_INTERVAL
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise ShardConfigError(
+            f"{ENV_INTERVAL} must be a number of seconds above 0, got {raw!r}; unset it for "
+            f"the default ({DEFAULT_INTERVAL:g} s)"
+        )
+    return value
 
 
 def _rich_available() -> bool:
@@ -83,7 +133,7 @@ class Progress:
         *,
         unit: str = "rows",
         mode: Mode = "auto",
-        interval: float = 10.0,
+        interval: float | None = None,
         logger: logging.Logger | None = None,
         stream: IO[str] | None = None,
     ) -> None:
@@ -93,8 +143,10 @@ class Progress:
         self.description = description
         self.unit = unit
         self.done = 0
-        self.interval = interval
-        self._logger = logger or _log
+        self.interval = interval if interval is not None else default_interval()
+        if not self.interval >= 0:  # 0: a line at every advance
+            raise ShardConfigError(f"interval must be seconds (0 or more), got {interval!r}")
+        self._logger = logger or _logger_override.get() or _log
         self._stream = stream if stream is not None else sys.stderr
         self.mode: Mode = _choose_mode(mode, self._stream)
         self._lock = threading.Lock()
@@ -102,6 +154,8 @@ class Progress:
         self._last_log = self._start
         self._bar: Any = None
         self._task: Any = None
+        self._stop = threading.Event()
+        self._clock: threading.Thread | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
     def __enter__(self) -> Progress:
@@ -125,7 +179,28 @@ class Progress:
         elif self.mode == "log":
             size = f" ({self.total:,} {self.unit})" if self.total is not None else ""
             self._logger.info("%s: started%s", self.description, size)
+            self._stop.clear()
+            if self.interval > 0:  # else a line at every advance: no clock needed
+                self._clock = threading.Thread(
+                    target=self._tick, name=f"progress: {self.description}", daemon=True
+                )
+                self._clock.start()
         return self
+
+    def _tick(self) -> None:
+        """The clock: a line whenever ``interval`` passes without one (slow batches too)."""
+        wait = self.interval
+        while not self._stop.wait(wait):
+            with self._lock:
+                now = time.monotonic()
+                due = self._last_log + self.interval
+                if now < due:
+                    wait = due - now
+                    continue
+                self._last_log = now
+                line = self.status_line(now)
+            wait = self.interval
+            self._logger.info("%s", line)
 
     def __exit__(
         self,
@@ -136,6 +211,10 @@ class Progress:
         if self._bar is not None:
             self._bar.stop()
             self._bar = None
+        if self._clock is not None:
+            self._stop.set()
+            self._clock.join()
+            self._clock = None
         if self.mode == "log":
             elapsed = time.monotonic() - self._start
             rate = self.done / elapsed if elapsed > 0 else 0.0
@@ -189,7 +268,7 @@ def progress(
     *,
     unit: str = "rows",
     mode: Mode = "auto",
-    interval: float = 10.0,
+    interval: float | None = None,
     logger: logging.Logger | None = None,
     stream: IO[str] | None = None,
 ) -> Progress:
@@ -198,7 +277,9 @@ def progress(
     ``total`` may be None when unknown (no percentage or ETA then). ``mode`` forces ``"bar"``,
     ``"log"`` or ``"off"``; ``"auto"`` (default) picks the bar only when ``stream`` (stderr) is a
     terminal, unless the ``SHARDED_ORM_PROGRESS`` environment variable says otherwise.
-    ``interval`` is the least number of seconds between two log lines.
+    ``interval`` is the number of seconds between two log lines (``SHARDED_ORM_PROGRESS_INTERVAL``
+    or 5 s when None), written on time even when no ``advance`` comes; ``logger`` defaults
+    to the one :func:`log_to` set, else ``sharded_orm.progress``.
     """
     return Progress(
         total,
