@@ -91,13 +91,15 @@ def register_dialect() -> None:
 
     from sqlalchemy import event
     from sqlalchemy.dialects import registry
-    from sqlalchemy.engine import Engine
+    from sqlalchemy.engine import Dialect
 
     if "google.cloud.sqlalchemy_spanner" not in sys.modules:
         for name in ("spanner.spanner", "spanner"):  # as sharded_orm.spanner registers
             registry.register(name, "sharded_orm.spanner.dialect", "SpannerDialect")
-    if not event.contains(Engine, "engine_connect", _impl_for_stock_engine):
-        event.listen(Engine, "engine_connect", _impl_for_stock_engine)
+    # a dialect event, not a connection event: an Engine keeps SQLAlchemy's no-events
+    # path (``Engine._has_events``), and the listener runs once per DB-API connection
+    if not event.contains(Dialect, "do_connect", _impl_for_stock_engine):
+        event.listen(Dialect, "do_connect", _impl_for_stock_engine)
 
 
 #: set once the listener below has defined alembic_ext.impl
@@ -106,8 +108,10 @@ _impl_defined = False
 _SPANNER = ("spanner+spanner", "spanner")
 
 
-def _impl_for_stock_engine(connection: Any) -> None:
-    """Define our impl when an engine made before ``import alembic`` connects in a command.
+def _impl_for_stock_engine(dialect: Any, *_connect_args: Any) -> None:
+    """Define our impl when an engine made before ``import alembic`` connects in a command
+    (its first DB-API connection: a connection pooled before the command began does not
+    connect again, and then the command fails as before, on Alembic's ``KeyError``).
 
     Such an engine (a script that imports the app's engine module, then runs Alembic's
     command API) has sqlalchemy-spanner's own dialect, which brings no impl: Alembic
@@ -117,22 +121,23 @@ def _impl_for_stock_engine(connection: Any) -> None:
     command (env.py running) nothing is loaded: an app on the stock dialect stays as it is.
     """
     global _impl_defined
-    if _impl_defined or getattr(connection.dialect, "name", None) not in _SPANNER:
-        return
+    if _impl_defined or getattr(dialect, "name", None) not in _SPANNER:
+        return None
     import sys
 
     if getattr(sys.modules.get("alembic"), "__version__", None) is None:
-        return  # Alembic's own import is still under way
+        return None  # Alembic's own import is still under way
     from alembic import context
 
     try:
         context.config  # noqa: B018  (set while an Alembic command runs env.py)
     except (NameError, AttributeError):
-        return
+        return None
     import importlib
 
     importlib.import_module("alembic_ext.impl")
     _impl_defined = True
+    return None  # (a do_connect listener that returns None lets the dialect connect)
 
 
 def setup(plugin: Plugin) -> None:
