@@ -8,6 +8,7 @@ with no bound value: still a point lookup).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from sqlalchemy import Boolean
@@ -71,12 +72,8 @@ def nulls_excluded(clause: Any) -> set[Any]:
     return {s._deannotate() for s in sides if isinstance(s, ColumnClause)}
 
 
-def boolean_equalities(where: Any) -> dict[Any, bool]:
-    """``{column: True/False}`` for each Boolean column the ANDed criteria pin with SQL's
-    own constants: ``flag == True`` (SQLAlchemy makes it ``flag = true``, no bound value),
-    ``flag == true()``, ``flag.is_(True)``, a bare ``flag``, ``~flag`` and the False forms:
-    the same point lookup as ``flag == literal(True)``."""
-    found: dict[Any, bool] = {}
+def anded(where: Any) -> Iterator[Any]:
+    """Each criterion ``where`` ANDs together (nested ANDs and parentheses opened)."""
     stack = [where] if where is not None else []
     while stack:
         clause = stack.pop()
@@ -84,7 +81,18 @@ def boolean_equalities(where: Any) -> dict[Any, bool]:
             clause = clause.element
         if isinstance(clause, BooleanClauseList) and clause.operator is operators.and_:
             stack.extend(clause.clauses)
-        elif isinstance(clause, ColumnClause) and isinstance(clause.type, Boolean):
+        else:
+            yield clause
+
+
+def boolean_equalities(where: Any) -> dict[Any, bool]:
+    """``{column: True/False}`` for each Boolean column the ANDed criteria pin with SQL's
+    own constants: ``flag == True`` (SQLAlchemy makes it ``flag = true``, no bound value),
+    ``flag == true()``, ``flag.is_(True)``, a bare ``flag``, ``~flag`` and the False forms:
+    the same point lookup as ``flag == literal(True)``."""
+    found: dict[Any, bool] = {}
+    for clause in anded(where):
+        if isinstance(clause, ColumnClause) and isinstance(clause.type, Boolean):
             found[clause._deannotate()] = True
         elif isinstance(clause, AsBoolean) and isinstance(clause.element, ColumnClause):
             found[clause.element._deannotate()] = clause.operator is operators.is_true
@@ -104,14 +112,8 @@ def null_pins(where: Any) -> set[Any]:
     """Table columns the ANDed criteria pin to NULL (``col.is_(None)``, ``col == None``):
     one value in every row the statement gives, like ``col == value``."""
     found: set[Any] = set()
-    stack = [where] if where is not None else []
-    while stack:
-        clause = stack.pop()
-        while isinstance(clause, Grouping):
-            clause = clause.element
-        if isinstance(clause, BooleanClauseList) and clause.operator is operators.and_:
-            stack.extend(clause.clauses)
-        elif isinstance(clause, BinaryExpression) and clause.operator is operators.is_:
+    for clause in anded(where):
+        if isinstance(clause, BinaryExpression) and clause.operator is operators.is_:
             sides = [clause.left, clause.right]
             if any(isinstance(s, Null) for s in sides):
                 found |= {s._deannotate() for s in sides if isinstance(s, ColumnClause)}
