@@ -37,6 +37,7 @@ from sharded_orm import (
     shard_column,
     sharded_select,
 )
+from sharded_orm import limits as spanner_limits
 from sharded_orm.read import limits
 from sharded_orm.read.fanout import shard_numbers
 
@@ -213,7 +214,7 @@ def test_an_in_list_of_480_values_under_every_plan(spanner: sa.Engine) -> None:
         first = page(conn, newest(16, ids), 150)
         second = page(conn, newest(16, ids), 150, first.next_cursor)
         assert [r.id for r in first.rows + second.rows] == expected
-        assert max(sent.params) <= limits.SPANNER_PARAMETERS
+        assert max(sent.params) <= spanner_limits.SPANNER_PARAMETERS
 
 
 @pytest.mark.emulator

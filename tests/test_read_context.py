@@ -52,7 +52,8 @@ from sharded_orm import (
     shard_column,
     sharded_select,
 )
-from sharded_orm.read import context, limits
+from sharded_orm import limits as spanner_limits
+from sharded_orm.read import context
 
 SCHEMA = "ctx_s"
 #: the statement's own map: the table is declared in a schema the databases do not have
@@ -373,7 +374,7 @@ def lower_variables(session: Session, to: int, m: Any = CtxEv) -> int:
     connection cannot be: the default stays), and the limit now."""
     raw = session.connection(bind_arguments={"mapper": m}).connection.driver_connection
     if not hasattr(raw, "setlimit"):
-        return limits.SQLITE_VARIABLES
+        return spanner_limits.SQLITE_VARIABLES
     raw.setlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, to)
     return to
 
@@ -441,12 +442,12 @@ def test_a_400_value_criterion_on_the_emulator(spanner_engine: sa.Engine) -> Non
                 got = [e.id for e in merged(session, stmt_with({}, values), 10)]
             assert got == expected[:10], plan
         assert walk(session, stmt_with({}, values), 40) == expected
-        assert max(sent.params) <= limits.SPANNER_PARAMETERS
+        assert max(sent.params) <= spanner_limits.SPANNER_PARAMETERS
         many = [f"x{i}" for i in range(940)] + ["a"]
         sent.params.clear()
         with pytest.raises(ShardConfigError, match=r"Spanner accepts at most 950.*loader"):
             merged(session, stmt_with({}, many), 10)
-        assert all(p <= limits.SPANNER_PARAMETERS for p in sent.params)
+        assert all(p <= spanner_limits.SPANNER_PARAMETERS for p in sent.params)
 
 
 class Wide(Session):
@@ -480,7 +481,7 @@ def test_a_listener_s_400_values_take_the_plan_that_fits(spanner_engine: sa.Engi
             if plan == "two rounds":
                 assert stats.plan == "two rounds" and stats.statements == 2
         assert walk(session, stmt_with(opts), 40) == expected
-        assert max(sent.params) <= limits.SPANNER_PARAMETERS
+        assert max(sent.params) <= spanner_limits.SPANNER_PARAMETERS
 
 
 # ------------------------------------------------------------------------------ oracle

@@ -39,6 +39,7 @@ import sqlalchemy as sa
 
 from sharded_orm.checks import check_positive_int, check_seconds, shown
 from sharded_orm.errors import ShardConfigError, ShardTypeError, UnsupportedOnDialectError
+from sharded_orm.limits import SPANNER_COMMIT_BYTES, SPANNER_MUTATIONS
 from sharded_orm.load.prepare import (
     BulkValidationError,
     RowPreparer,
@@ -66,8 +67,8 @@ from sharded_orm.write.successor import successor_of
 
 __all__ = ["BulkLoadError", "BulkLoadReport", "BulkValidationError", "bulk_load"]
 
-MAX_MUTATIONS = 80_000
-MAX_COMMIT_BYTES = 100 * 1024 * 1024
+MAX_MUTATIONS = SPANNER_MUTATIONS  # (sharded_orm.limits)
+MAX_COMMIT_BYTES = SPANNER_COMMIT_BYTES
 #: More threads than this only queue up on Spanner's side (and may exhaust the process).
 MAX_WORKERS = 256
 MODES = ("insert", "insert_or_update")

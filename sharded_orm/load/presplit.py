@@ -27,6 +27,7 @@ import sqlalchemy as sa
 
 from sharded_orm.checks import check_positive_int, shown
 from sharded_orm.errors import ShardConfigError, ShardTypeError, UnsupportedOnDialectError
+from sharded_orm.limits import SPANNER_SPLIT_POINTS
 from sharded_orm.schema.columns import get_shard_column, is_shard_column, table_of
 from sharded_orm.schema.indexes import ShardedIndex
 from sharded_orm.spanner import is_spanner
@@ -41,8 +42,8 @@ __all__ = [
 
 _log = logging.getLogger("sharded_orm.presplit")
 
-#: Spanner's limit of split points in one AddSplitPoints request.
-MAX_POINTS_PER_REQUEST = 100
+#: Spanner's limit of split points in one AddSplitPoints request (``sharded_orm.limits``).
+MAX_POINTS_PER_REQUEST = SPANNER_SPLIT_POINTS
 #: Google's recommendation of split points per node.
 POINTS_PER_NODE = 10
 #: Spanner keeps split points at most this long.

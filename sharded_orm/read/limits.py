@@ -30,18 +30,21 @@ from typing import Any
 from sqlalchemy import event
 from sqlalchemy.orm import Session
 
+from sharded_orm import limits
 from sharded_orm.errors import ShardConfigError
+from sharded_orm.limits import SQLITE_COMPOUND_SELECT
 
-#: Spanner's limit on query parameters per statement (``sharded_orm.spanner.dialect``)
-SPANNER_PARAMETERS = 950
-#: SQLite's default limits (a build may set others; Python 3.11 asks the connection)
-SQLITE_COMPOUND_SELECT = 500
-SQLITE_VARIABLES = 32766
+# Spanner's limit on query parameters per statement, SQLite's default limits (a build may
+# set others; Python 3.11 asks the connection): ``sharded_orm.limits`` holds them all
+
+
+def _driver_connection(conn: Any) -> Any:
+    # (a Session bound per mapper or table: the caller passes the Connection it resolved)
+    return (conn.connection() if isinstance(conn, Session) else conn).connection.driver_connection
 
 
 def _sqlite_limit(conn: Any, dialect: Any, which: str, default: int) -> int:
-    # (a Session bound per mapper or table: the caller passes the Connection it resolved)
-    raw = (conn.connection() if isinstance(conn, Session) else conn).connection.driver_connection
+    raw = _driver_connection(conn)
     getlimit = getattr(raw, "getlimit", None)
     if getlimit is None:
         return default
@@ -57,13 +60,10 @@ def compound_limit(conn: Any, dialect: Any) -> int | None:
 
 
 def parameter_limit(conn: Any, dialect: Any) -> int | None:
-    """The most parameters one statement may carry (None: no limit known)."""
-    name = str(getattr(dialect, "name", ""))
-    if name.startswith("spanner"):
-        return SPANNER_PARAMETERS
-    if name == "sqlite":
-        return _sqlite_limit(conn, dialect, "SQLITE_LIMIT_VARIABLE_NUMBER", SQLITE_VARIABLES)
-    return None
+    """The most parameters one statement may carry (None: no limit known), as
+    ``sharded_orm.limits`` knows it, SQLite's asked of this connection."""
+    raw = _driver_connection(conn) if getattr(dialect, "name", "") == "sqlite" else None
+    return limits.parameter_limit(dialect, raw)
 
 
 def parameters_of(stmt: Any, key: Any) -> int:

@@ -95,6 +95,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.engine import Dialect
 
+from sharded_orm.limits import SPANNER_PARAMETERS
 from sharded_orm.schema.registry import engine_seen
 from sharded_orm.spanner import SPANNER_DIALECT_NAMES
 from sharded_orm.spanner.commits import (
@@ -116,8 +117,8 @@ _URL_PATH = re.compile(
     r"projects/[A-Za-z0-9._:-]+/instances/[A-Za-z0-9_-]+(/databases/[A-Za-z0-9_-]+)?"
 )
 
-#: Spanner's limit on query parameters per statement.
-MAX_PARAMETERS = 950
+#: Spanner's limit on query parameters per statement (``sharded_orm.limits``).
+MAX_PARAMETERS = SPANNER_PARAMETERS
 
 
 class ShardedSpannerSQLCompiler(_stock.SpannerSQLCompiler):  # type: ignore[misc]
