@@ -361,7 +361,7 @@ def test_read_surface_oracle(ex: dict[str, Any]) -> None:
 
 
 @pytest.mark.slow
-@settings(max_examples=1500, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=400, deadline=None, suppress_health_check=list(HealthCheck))
 @given(example())
 def test_read_surface_oracle_wide(ex: dict[str, Any]) -> None:
     outcome = check(ex)
@@ -514,7 +514,7 @@ def test_read_surface_oracle_on_spanner(
 
 @pytest.mark.emulator
 @pytest.mark.slow
-@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=100, deadline=None, suppress_health_check=list(HealthCheck))
 @given(spanner_example())
 def test_read_surface_oracle_on_spanner_wide(
     spanner_models: dict[tuple[str, str, bool], Models], ex: dict[str, Any]

@@ -381,7 +381,7 @@ def test_write_pair_oracle(ex: dict[str, Any]) -> None:
 
 
 @pytest.mark.slow
-@settings(max_examples=2000, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=500, deadline=None, suppress_health_check=list(HealthCheck))
 @given(example())
 def test_write_pair_oracle_wide(ex: dict[str, Any]) -> None:
     _record(check(ex, _sqlite))
