@@ -142,11 +142,26 @@ def _after_begin(session: Any, transaction: Any, connection: Any) -> None:
 def holds_sharded_table(connection: Any) -> bool:
     """Whether the database of ``connection`` holds a table named as a declared sharded
     table (case-insensitively: a near miss errs on the side of watching); True for a
-    dialect not in :data:`ASKED_DIALECTS`."""
+    dialect not in :data:`ASKED_DIALECTS`. A table declared in a schema the database does
+    not have is looked for in its default schema (where a ``schema_translate_map`` puts
+    it), not taken as a sign that every engine may write it."""
     dialect = connection.dialect
     if dialect.name not in ASKED_DIALECTS:
         return True
-    for schema, names in declared_names().items():
+    declared = declared_names()
+    named = {s for s in declared if s is not None}
+    if named:
+        try:
+            present = set(dialect.get_schema_names(connection))
+        except Exception:  # noqa: BLE001 -- unknown to the catalog: watch rather than guess
+            return True
+    # a schema this database does not have holds nothing here by that name; a
+    # schema_translate_map may put its tables in the default schema, so look there
+    wanted: dict[str | None, set[str]] = {}
+    for schema, names in declared.items():
+        where = schema if schema is None or schema in present else None
+        wanted.setdefault(where, set()).update(names)
+    for schema, names in wanted.items():
         try:
             held = dialect.get_table_names(connection, schema=schema)
         except Exception:  # noqa: BLE001 -- unknown to the catalog: watch rather than guess
