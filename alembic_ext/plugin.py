@@ -72,30 +72,21 @@ def compare_shard_server_default(
 
 
 def register_dialect() -> None:
-    """Register sharded-orm's Spanner dialect with SQLAlchemy, by module path.
+    """Make Alembic work on a Spanner engine whose dialect is sqlalchemy-spanner's own.
 
-    Alembic calls :func:`setup` on ``import alembic``, which every Alembic command does
-    before it runs env.py: an engine env.py then makes (itself, or by importing the app's
-    engine module) gets our dialect, and the dialect brings our impl. Without this, an
-    env.py that never imports the library got sqlalchemy-spanner's own dialect and
-    Alembic's bare ``KeyError: 'spanner+spanner'``. Registered as ``sharded_orm.spanner``
-    does, by module path: nothing of the library is imported until such an engine is made.
-
-    Not when sqlalchemy-spanner's module is already loaded: its import imports Alembic, so
-    this runs while an app that never imports the library makes its engine on the stock
-    dialect (the old code of docs/adopting.md); that process keeps its choice, and loads
-    nothing of the library. An engine on the stock dialect gets our impl when it connects
-    inside an Alembic command (below).
+    Alembic calls :func:`setup` on ``import alembic``. An env.py that never imports the
+    library (its engine made first, by the app's own engine module) has sqlalchemy-spanner's
+    dialect, which brings no Alembic impl: Alembic failed with a bare ``KeyError:
+    'spanner+spanner'``. A dialect-level listener defines our impl when such an engine
+    connects inside an Alembic command (below); plain migrations then run on the stock
+    dialect, and what needs the library's dialect is refused naming the fix (``import
+    sharded_orm`` before ``create_engine``). The dialect itself is never switched: an app
+    that merely has the library installed keeps sqlalchemy-spanner's dialect and loads
+    nothing of the library until it imports it.
     """
-    import sys
-
     from sqlalchemy import event
-    from sqlalchemy.dialects import registry
     from sqlalchemy.engine import Dialect
 
-    if "google.cloud.sqlalchemy_spanner" not in sys.modules:
-        for name in ("spanner.spanner", "spanner"):  # as sharded_orm.spanner registers
-            registry.register(name, "sharded_orm.spanner.dialect", "SpannerDialect")
     # a dialect event, not a connection event: an Engine keeps SQLAlchemy's no-events
     # path (``Engine._has_events``), and the listener runs once per DB-API connection
     if not event.contains(Dialect, "do_connect", _impl_for_stock_engine):

@@ -273,9 +273,11 @@ def test_engine_made_before_alembic_is_imported(
     assert version == head(env_kind)
 
 
-def test_plugin_registers_the_dialect_on_import_alembic() -> None:
-    """``import alembic`` alone (the CLI's first step) makes a Spanner URL get the library's
-    dialect, without ``import sharded_orm`` anywhere (no database needed to see it)."""
+def test_import_alembic_leaves_the_dialect_and_loads_nothing_of_the_library() -> None:
+    """``import alembic`` alone (the CLI's first step) loads the plugin, which switches no
+    dialect and imports nothing of the library: a Spanner URL keeps sqlalchemy-spanner's
+    dialect (an installed library stays invisible, as the peer suites' stock runs check);
+    our impl is defined only when such an engine connects inside an Alembic command."""
     code = textwrap.dedent(
         """
         import sys
@@ -284,9 +286,7 @@ def test_plugin_registers_the_dialect_on_import_alembic() -> None:
         engine = sa.create_engine("spanner+spanner:///projects/p/instances/i/databases/d")
         cls = type(engine.dialect)
         print(cls.__module__ + "." + cls.__qualname__)
-        from alembic.ddl.impl import DefaultImpl
-        impl = DefaultImpl.get_by_dialect(engine.dialect)
-        print(impl.__module__ + "." + impl.__qualname__)
+        print(len([m for m in sys.modules if m.startswith("sharded_orm")]))
         """
     )
     out = subprocess.run(
@@ -294,6 +294,6 @@ def test_plugin_registers_the_dialect_on_import_alembic() -> None:
     )
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.split() == [
-        "sharded_orm.spanner.dialect.SpannerDialect",
-        "alembic_ext.impl.SpannerImpl",
+        "google.cloud.sqlalchemy_spanner.sqlalchemy_spanner.SpannerDialect",
+        "0",
     ]

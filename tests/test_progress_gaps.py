@@ -177,6 +177,7 @@ def downgrade() -> None:
 #: env.py: each backfill batch made slow, as a big batch on a busy database is, through a
 #: public SQLAlchemy event (on every engine: the batches' own too)
 SLOW = """
+import sharded_orm  # noqa: F401  (the library's features need its dialect: docs/migrations.md)
 import time as _time
 
 from sqlalchemy import event as _event
