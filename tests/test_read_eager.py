@@ -16,6 +16,7 @@ the merge's order) through the same Session.
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -336,10 +337,20 @@ def test_an_inner_join_after_the_limit_is_refused_with_the_join_to_write(
     ):
         with pytest.raises(ShardConfigError, match=fix):
             merged(session, stmt, 10)
-    # DISTINCT nests the rows too (SQLAlchemy does so for any eager join)
-    distinct = newest(mapping(owner="joined", inner=True)[0]).distinct()
-    with pytest.raises(ShardConfigError, match=r"in a DISTINCT statement.*\.join\(Ev\.owner\)"):
-        merged(session, distinct, 10)
+    # DISTINCT nests the rows too where SQLAlchemy does so for any eager join (2.1); where
+    # it does not (2.0 joins the many-to-one before the LIMIT), the read is exact
+    ev3 = mapping(owner="joined", inner=True)[0]
+    distinct = newest(ev3).distinct()
+    try:
+        got = merged(session, distinct, 10)
+    except ShardConfigError as e:
+        assert re.search(r"in a DISTINCT statement.*\.join\(Ev\.owner\)", str(e)), str(e)
+    else:
+        plain_distinct = sa.select(ev3).distinct().order_by(ev3.ts.desc(), ev3.id)
+        got_state = state(got)
+        session.expunge_all()
+        assert got_state == state(session.scalars(plain_distinct).unique().all())[:10]
+        session.expunge_all()
     # the fix it names gives the unsharded rows
     fixed = newest(ev).join(ev.owner).options(contains_eager(ev.owner))
     plain = sa.select(ev).join(ev.owner).options(contains_eager(ev.owner))
