@@ -189,7 +189,9 @@ def backfill_shard(
     try:
         if engine == "external":
             return _external(writer, plan, count, algorithm, start, batch_timeout)
-        run = Walk(plan, fn, batch_size, writer, progress, start, verify)
+        run = Walk(
+            plan, fn, min(batch_size, writer.max_batch_size), writer, progress, start, verify
+        )
         run.walk(Deadline(deadline), batch_timeout)
         if require_complete:
             _require_complete(writer, plan, run.clock.remaining() if deadline else 600.0)

@@ -17,6 +17,12 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from sharded_orm.errors import ShardConfigError, ShardingWarning
+from sharded_orm.limits import (
+    SPANNER_COMMIT_BYTES,
+    SPANNER_KEY_BYTES,
+    SPANNER_MUTATIONS,
+    row_mutations,
+)
 from sharded_orm.load.copy import column_value, read_api_value
 from sharded_orm.load.pdml import list_value
 from sharded_orm.read.order import after_condition, at_or_before_condition
@@ -55,6 +61,26 @@ def batch_uppers(
     elif end and uppers:
         uppers[-1] = bound
     return uppers, end
+
+
+#: the most rows a batch may have where no commit limit bounds it
+WALK_ROWS_LIMIT = 1_000_000
+#: batches a walk reads at most this many times its batch size (``backfill_walk``: a
+#: range grown by concurrent inserts takes 2 batches' rows in one transaction)
+WALK_READ_FACTOR = 2
+
+
+def spanner_batch_size(plan: Plan) -> int:
+    """The largest ``batch_size`` whose batches Spanner commits: a batch's transaction
+    writes up to ``WALK_READ_FACTOR * batch_size`` changed rows as one UPDATE mutation,
+    each row its key columns and the shard (Spanner's count), each index holding the
+    shard its entry re-written (:func:`sharded_orm.limits.row_mutations`), and each row
+    at most a key's bytes and the shard's."""
+    per_row = row_mutations(
+        plan.table, len(plan.key) + 1, replaces=True, changed=[plan.target.name]
+    )
+    rows = min(SPANNER_MUTATIONS // per_row, SPANNER_COMMIT_BYTES // (SPANNER_KEY_BYTES + 16))
+    return max(1, rows // WALK_READ_FACTOR)
 
 
 class Plan:
@@ -123,6 +149,8 @@ class SqlWriter:
             .execution_options(sharded_orm_raw_sql_ok=True)
         )  # it writes computed shards
         self.order = [(c, False) for c in plan.key]
+        #: an UPDATE a row, sent as one executemany: no statement grows with the batch
+        self.max_batch_size = WALK_ROWS_LIMIT
 
     def last_key(self, timeout: float) -> list[Any] | None:
         """The table's last key now: the walk's end (rows added after it are not chased)."""
@@ -172,6 +200,12 @@ class SqlWriter:
                     conn.execute(self.stmt, args)
         return rows
 
+    def count_rows(self, timeout: float) -> int:
+        """The table's rows now (the total of the walk's progress lines)."""
+        with self.engine.connect() as conn:
+            count = sa.select(sa.func.count()).select_from(self.plan.table)
+            return int(conn.execute(count).scalar_one())
+
     def count_null(self, timeout: float) -> int:
         p = self.plan
         with self.engine.connect() as conn:
@@ -205,6 +239,7 @@ class SpannerWriter:
         self.key_names = [c.name for c in plan.key]
         self.columns = [c.name for c in plan.read_cols]
         self.quote = engine.dialect.identifier_preparer.quote
+        self.max_batch_size = spanner_batch_size(plan)
 
     def _session(self, timeout: float) -> str:
         if self.session is None:
@@ -240,6 +275,17 @@ class SpannerWriter:
             timeout, "read the last key of",
         )  # fmt: skip
         return [column_value(v) for v in rows[0]] if rows else None
+
+    def count_rows(self, timeout: float) -> int:
+        """The table's rows now (the total of the walk's progress lines): one attempt of a
+        key-only ``COUNT(*)``, bounded by ``timeout``; the caller decides what a failure
+        means."""
+        try:
+            return int(self._query(f"SELECT COUNT(*) FROM {self.quote(self.plan.table.name)}",
+                                   timeout)[0][0])  # fmt: skip
+        except Exception:
+            self.session = None  # a lost session, a dead server: start afresh
+            raise
 
     def count_null(self, timeout: float) -> int:
         q = self.quote

@@ -39,13 +39,8 @@ import sqlalchemy as sa
 
 from sharded_orm.checks import check_positive_int, check_seconds, shown
 from sharded_orm.errors import ShardConfigError, ShardTypeError, UnsupportedOnDialectError
-from sharded_orm.limits import SPANNER_COMMIT_BYTES, SPANNER_MUTATIONS
-from sharded_orm.load.prepare import (
-    BulkValidationError,
-    RowPreparer,
-    mutations_per_row,
-    written_columns,
-)
+from sharded_orm.limits import SPANNER_COMMIT_BYTES, SPANNER_MUTATIONS, row_mutations
+from sharded_orm.load.prepare import BulkValidationError, RowPreparer, written_columns
 from sharded_orm.load.staging import close_batches, stage
 from sharded_orm.load.writers import (
     BulkLoadError,
@@ -220,13 +215,16 @@ def bulk_load(
     successor = successor_of(table) if on_spanner else None
     preparer = RowPreparer(table, cols, processors, key_order)
     also: tuple[Any, RowPreparer] | None = None
-    per_row = mutations_per_row(table, len(cols), skip_indexes=defer_indexes)
+    # as Spanner counts a commit: each column written, each index entry's cells and the
+    # delete of the entry a replaced row had (insert_or_update, and the rewrite of a batch
+    # whose commit went unanswered even in mode insert: sharded_orm.load.writers)
+    per_row = row_mutations(table, len(cols), indexes=not defer_indexes, replaces=True)
     if successor is not None:
         cols2 = written_columns(successor, on_spanner)
         processors2 = mutations_module.bind_processors(cols2, mutations_module.dialect_of(bind))
         preparer2 = RowPreparer(successor, cols2, processors2, key_order)
         also = (mirror_plan(table, successor), preparer2)
-        per_row += mutations_per_row(successor, len(cols2), skip_indexes=False)
+        per_row += row_mutations(successor, len(cols2), replaces=True)  # insert_or_update
     if per_row > MAX_MUTATIONS:
         raise ShardConfigError(
             f"one row of {table.name!r} is {per_row} mutations (columns + index cells), more "

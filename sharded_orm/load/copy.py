@@ -32,6 +32,13 @@ from typing import Any
 import sqlalchemy as sa
 
 from sharded_orm.errors import ShardConfigError
+from sharded_orm.limits import (
+    SPANNER_KEY_BYTES,
+    SPANNER_MUTATIONS,
+    commit_chunks,
+    row_mutations,
+)
+from sharded_orm.load.prepare import value_size
 from sharded_orm.load.verify import connect, quote, row_decoder
 from sharded_orm.progress import progress
 from sharded_orm.retry import Deadline, RetryPolicy, retry_call
@@ -184,6 +191,12 @@ def copy_table(
 
     database = database_of(bind)
     names = [c.name for c in read_cols]
+    # what a copied row costs a commit, as Spanner counts it (an insert_or_update may
+    # replace a row: each index entry's old one deleted too), and what the cursor adds
+    server_side = len(mp.shards) - len(shards)  # generated columns: written by Spanner
+    per_row = row_mutations(dst, len(columns) + server_side, replaces=True)
+    cursor_cells = len(CURSOR_COLUMNS)
+    cursor_bytes = 3 * (SPANNER_KEY_BYTES + 8)
 
     def read_batch(after: list[Any] | None, last: list[Any], timeout: float) -> list[Any]:
         """The next rows after ``after`` up to ``last`` in stored order: the Read API's key
@@ -230,27 +243,35 @@ def copy_table(
                         for sc, idx in zip(shards, source_at, strict=True)
                     ]
                     values.append(r[: len(copied)] + shard_values)
-                after = [found[-1][i] for i in key_at]
-                stood = tuple(column_value(v) for v in after)  # the old key of its last row
-                saved = dumps_key(stood)  # exact and typed: the cursor, and where it stands
-                also = []
-                if cursor_table is not None:  # saved in the batch's own commit
-                    also.append((cursor_table, CURSOR_COLUMNS,
-                                 [[src.name, dst.name, saved]]))  # fmt: skip
-                retry_call(
-                    functools.partial(
-                        raw.commit_mutations, dst.name, columns, values, "insert_or_update",
-                        also=also,
-                    ),
-                    policy, what=f"{what} (after {rows} rows)", idempotent=True,
-                    resume=resume, deadline=clock,
+                # one commit per chunk of the batch under Spanner's mutations and bytes a
+                # commit (each chunk saving the cursor at its own last row)
+                chunks = commit_chunks(
+                    [sum(value_size(v) for v in row) for row in values], per_row,
+                    fixed=cursor_cells if cursor_table is not None else 0,
+                    fixed_bytes=cursor_bytes,
                 )  # fmt: skip
-                rows += len(found)
-                batches += 1
-                bar.advance(len(found))
-                traced.progress(rows_done=rows, batches=batches, resume_position=saved)
-                if on_batch is not None:
-                    on_batch(CopyProgress(rows, batches, stood))
+                for lo, hi in chunks:
+                    after = [found[hi - 1][i] for i in key_at]
+                    stood = tuple(column_value(v) for v in after)  # the old key of its last row
+                    saved = dumps_key(stood)  # exact and typed: the cursor, and where it stands
+                    also = []
+                    if cursor_table is not None:  # saved in the chunk's own commit
+                        also.append((cursor_table, CURSOR_COLUMNS,
+                                     [[src.name, dst.name, saved]]))  # fmt: skip
+                    retry_call(
+                        functools.partial(
+                            raw.commit_mutations, dst.name, columns, values[lo:hi],
+                            "insert_or_update", also=also,
+                        ),
+                        policy, what=f"{what} (after {rows} rows)", idempotent=True,
+                        resume=resume, deadline=clock,
+                    )  # fmt: skip
+                    rows += hi - lo
+                    batches += 1
+                    bar.advance(hi - lo)
+                    traced.progress(rows_done=rows, batches=batches, resume_position=saved)
+                    if on_batch is not None:
+                        on_batch(CopyProgress(rows, batches, stood))
                 if len(found) < batch_size:
                     break
             pruned = prune_target(bind, src, dst, call_timeout=call_timeout) if prune else 0
@@ -358,8 +379,10 @@ def prune_target(
             found += [list(r) for r in _timed(conn, call_timeout).execute(sa.text(sql))]
     order = shared + rest
     stmt = sa.delete(dst).where(*[c == sa.bindparam(f"k_{c.key}") for c in key])
-    for i in range(0, len(found), 1000):
-        chunk = [dict(zip(order, r, strict=True)) for r in found[i : i + 1000]]
+    # a delete costs one mutation and one for each index entry (Spanner's count)
+    per = max(1, min(1000, SPANNER_MUTATIONS // (1 + len(dst.indexes))))
+    for i in range(0, len(found), per):
+        chunk = [dict(zip(order, r, strict=True)) for r in found[i : i + per]]
         params = [{f"k_{c.key}": r[c.name] for c in key} for r in chunk]
         _write(bind, stmt, params, policy, None, f"pruning {dst.name}")
     return len(found)

@@ -19,6 +19,7 @@ A NULL shard counts as a mismatch (a row the backfill has not reached yet).
 from __future__ import annotations
 
 import contextlib
+import re
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -29,6 +30,7 @@ import sqlalchemy as sa
 from sharded_orm.checks import check_identifier, check_positive_int, shown
 from sharded_orm.errors import ShardConfigError, ShardingError, ShardTypeError
 from sharded_orm.hashing import FARM_FINGERPRINT
+from sharded_orm.limits import SPANNER_FUNCTIONS
 from sharded_orm.progress import progress
 from sharded_orm.schema.coerce import base_type
 from sharded_orm.schema.columns import ShardColumn, shard_columns, table_of
@@ -36,7 +38,7 @@ from sharded_orm.spanner import is_spanner
 from sharded_orm.spanner.expressions import shard_sql
 from sharded_orm.telemetry import traced
 
-__all__ = ["VerifyReport", "connect", "mismatch_sql", "quote", "verify"]
+__all__ = ["VerifyReport", "connect", "function_calls", "mismatch_sql", "quote", "verify"]
 
 
 def quote(name: str, what: str = "column name") -> str:
@@ -212,13 +214,40 @@ def _sqlalchemy_scan(
         yield from conn.execute(stmt)
 
 
+#: what GoogleSQL counts as a function call in a statement's text, over-counted: every
+#: parenthesis opened (calls, CASTs, groupings) and every operator
+_CALLS = re.compile(r"\(|!=|<>|<=|>=|[=<>+*/-]|\b(?:IS|OR|AND|NOT)\b")
+
+
+def function_calls(sql: str) -> int:
+    """An upper bound of the function calls Spanner counts in ``sql`` (its limit:
+    :data:`sharded_orm.limits.SPANNER_FUNCTIONS`), string literals aside."""
+    return len(_CALLS.findall(re.sub(r"'(?:[^'\\]|\\.)*'", "''", sql)))
+
+
 def _server_counts(bind: Any, table: sa.Table, shards: Sequence[ShardColumn]) -> list[int]:
-    """``[COUNT(*), mismatches of each column]`` in one server-side query."""
+    """``[COUNT(*), mismatches of each column]``, server-side: one query, or one per group
+    of columns when their tests together pass Spanner's function calls a statement."""
     tests = [f"COUNTIF({mismatch_sql(sc.name, sc.sources, sc.count)})" for sc in shards]
-    sql = f"SELECT {', '.join(['COUNT(*)', *tests])} FROM {quote(table.name, 'table')}"
+    groups: list[list[str]] = []
+    used = 0
+    budget = SPANNER_FUNCTIONS - function_calls("COUNT(*)")
+    for test in tests:
+        cost = function_calls(test)
+        if not groups or used + cost > budget:
+            groups.append([])
+            used = 0
+        groups[-1].append(test)
+        used += cost
+    total: int | None = None
+    counts: list[int] = []
     with connect(bind) as conn:
-        row = conn.exec_driver_sql(sql).one()
-    return [int(v or 0) for v in row]
+        for group in groups:
+            sql = f"SELECT {', '.join(['COUNT(*)', *group])} FROM {quote(table.name, 'table')}"
+            row = [int(v or 0) for v in conn.exec_driver_sql(sql).one()]
+            total = row[0] if total is None else total
+            counts += row[1:]
+    return [total or 0, *counts]
 
 
 def _verify_target(bind: Any, model_or_table: Any, *args: Any, **kw: Any) -> tuple[Any, str]:

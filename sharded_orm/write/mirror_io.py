@@ -15,6 +15,7 @@ from sharded_orm.limits import SPANNER_PARAMETERS, compiled_parameters, rows_per
 from sharded_orm.spanner import is_spanner
 from sharded_orm.write.mirror_rules import MIRROR_OK
 from sharded_orm.write.rows import RowShards
+from sharded_orm.write.stored import StoredRows
 from sharded_orm.write.successor_plan import MirrorPlan
 from sharded_orm.write.targets import write_shards
 
@@ -29,9 +30,6 @@ __all__ = [
     "read_where",
 ]
 
-#: keys per read-back statement: an IN list per key column, all of them under Spanner's
-#: parameters per statement (and old SQLite's 999)
-_READ_KEYS = 200
 Key = tuple[Any, ...]
 
 
@@ -72,23 +70,26 @@ def read_where(conn: Connection, mp: MirrorPlan, where: Any, params: Any) -> lis
 
 
 def read_keys(conn: Connection, mp: MirrorPlan, keys: Iterable[Key]) -> dict[Key, dict[str, Any]]:
-    """The old table's rows at ``keys``, by normalised key: one statement per chunk, an
-    IN list per key column (a key seek on Spanner and SQLite), filtered exactly here."""
+    """The old table's rows at ``keys`` (its primary key), by normalised key, read as the
+    stored-source read reads (:class:`sharded_orm.write.stored.StoredRows`): on Spanner
+    one array per key column joined to the table, so a statement's parameters and
+    functions do not grow with its keys; elsewhere batches sized under the connection's
+    parameter limit. Exact: a row whose key is not one asked for is dropped."""
     norm = normaliser(mp.old, mp.old_key, conn.dialect)
-    wanted = {norm(k): k for k in keys}
+    wanted = {norm(k): k for k in keys if None not in k}
+    if not wanted:
+        return {}
+    names = [c.key for c in mp.old_key]
+    columns = [c.key for c in mp.old.c]
+    pinned: dict[str, Any] = {c.key: sa.bindparam(f"so_key_{j}") for j, c in enumerate(mp.old_key)}
+    rows = [{f"so_key_{j}": v for j, v in enumerate(k)} for k in wanted.values()]
+    got = StoredRows(conn, mp.old, list(mp.old_key), pinned, rows).batch(columns)
     found: dict[Key, dict[str, Any]] = {}
-    todo = list(wanted.values())
-    size = max(1, min(_READ_KEYS, SPANNER_PARAMETERS // len(mp.old_key)))
-    for i in range(0, len(todo), size):
-        chunk = todo[i : i + size]
-        where = [
-            c == chunk[0][j] if len(chunk) == 1 else c.in_(list(dict.fromkeys(k[j] for k in chunk)))
-            for j, c in enumerate(mp.old_key)
-        ]
-        for row in read_where(conn, mp, sa.and_(*where), None):
-            nk = norm(old_key(mp, row))
-            if nk in wanted:
-                found[nk] = row
+    for values in got.values():
+        row = dict(zip(columns, values if len(columns) > 1 else (values,), strict=True))
+        nk = norm(tuple(row[n] for n in names))
+        if nk in wanted:
+            found[nk] = row
     return found
 
 
