@@ -13,6 +13,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tarfile
 import zipfile
 from email.parser import Parser
 from importlib.metadata import metadata
@@ -28,6 +29,8 @@ SOURCES = (
     "pyproject.toml",
     "README.md",
     "LICENSE",
+    "CHANGELOG.md",
+    "MANIFEST.in",
     "sharded_orm",
     "sharded_orm_pytest",
     "alembic_ext",
@@ -92,9 +95,8 @@ def test_installed_metadata_declares_the_license_and_classifiers() -> None:
     assert not [c for c in classifiers if c.startswith("License ::")]  # PEP 639: the expression
 
 
-@pytest.mark.slow
-def test_the_wheel_carries_the_license_and_the_version(tmp_path: Path) -> None:
-    """A wheel built from the sources (in a copy: the build leaves files behind)."""
+def copy_sources(tmp_path: Path) -> Path:
+    """The sources a release is built from, in a copy (a build leaves files behind)."""
     src = tmp_path / "src"
     src.mkdir()
     for name in SOURCES:
@@ -103,6 +105,39 @@ def test_the_wheel_carries_the_license_and_the_version(tmp_path: Path) -> None:
             shutil.copytree(path, src / name, ignore=shutil.ignore_patterns("__pycache__"))
         else:
             shutil.copy2(path, src / name)
+    return src
+
+
+@pytest.mark.slow
+def test_the_sdist_carries_the_license_and_the_changelog(tmp_path: Path) -> None:
+    """What a reviewer unpacks: the licence, the changelog and the README beside the code.
+
+    Before: no MANIFEST.in, so the source distribution had no CHANGELOG.md.
+    """
+    src = copy_sources(tmp_path)
+    out = subprocess.run(
+        [sys.executable, "-m", "build", "--sdist", "-o", str(tmp_path / "dist"), str(src)],
+        capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert out.returncode == 0, (out.stdout + out.stderr)[-3000:]
+    version = pyproject_field("version")
+    (sdist,) = (tmp_path / "dist").glob("sharded_orm-*.tar.gz")
+    assert sdist.name == f"sharded_orm-{version}.tar.gz"
+    top = f"sharded_orm-{version}"
+    with tarfile.open(sdist) as tf:
+        names = set(tf.getnames())
+        for name in ("LICENSE", "CHANGELOG.md", "README.md", "pyproject.toml", "PKG-INFO"):
+            assert f"{top}/{name}" in names, name
+        member = tf.extractfile(f"{top}/CHANGELOG.md")
+        assert member is not None
+        assert member.read() == (ROOT / "CHANGELOG.md").read_bytes()
+        assert f"{top}/sharded_orm/py.typed" in names
+
+
+@pytest.mark.slow
+def test_the_wheel_carries_the_license_and_the_version(tmp_path: Path) -> None:
+    """A wheel built from the sources."""
+    src = copy_sources(tmp_path)
     out = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", str(src), "--no-deps", "-q", "-w", str(tmp_path)],
         capture_output=True, text=True, timeout=600, check=False,
