@@ -4,7 +4,9 @@ The Spanner dialect of sharded-orm defines it (``sharded_orm.spanner.alembic_imp
 env.py imports nothing for it. It:
 
 * keeps ``alembic_version`` keyed by ``version_num`` and writes a revision change as
-  DELETE + INSERT (Spanner refuses an UPDATE of a key column);
+  DELETE + INSERT (Spanner refuses an UPDATE of a key column), in one transaction;
+* writes the revision on its own, an abort retried, when the migration's transaction
+  holds no write (``.commit``); its own commits fail as one ``FAILED:`` line;
 * leaves the connection's transaction handling to Alembic (``transaction_per_migration``,
   ``autocommit_block``): Spanner has no transactional DDL, so a schema change commits the
   driver's transaction before it, as MySQL does implicitly;
@@ -35,6 +37,7 @@ import re
 import warnings
 import weakref
 from collections.abc import Callable
+from types import SimpleNamespace
 from typing import Any, TextIO
 
 import sqlalchemy as sa
@@ -44,17 +47,25 @@ from sqlalchemy.engine import Connection, Dialect
 from sqlalchemy.schema import ExecutableDDLElement
 
 from sharded_orm.checks import quote_identifier
-from sharded_orm.errors import ShardConfigError
+from sharded_orm.limits import ddl_batches
 from sharded_orm.spanner.mutations import database_of
 
 from . import ops as _ops  # noqa: F401  (registers op.backfill_shard, op.alter_index_storing)
 from . import reflection
-from .commit import commit_timeout, commit_within
+from .commit import (
+    commit_timeout,
+    commit_within,
+    one_line,
+    revision_alone,
+    version_change,
+    watch_writes,
+    write_revision_on,
+)
 from .comparing import SpannerComparisons
 from .errors import MigrationError
 from .impl_guard import app_impl
 from .render import chain_render_item
-from .schema_change import SchemaChangeTimeout, apply_ddl, ddl_timeouts
+from .schema_change import SchemaChangeBusy, SchemaChangeTimeout, apply_ddl, ddl_timeouts
 
 # Upstream's own deprecated calls, seen on every Alembic command: sqlalchemy-spanner's
 # pool "reset" listener reads the DB-API's deprecated ``inside_transaction``, and its
@@ -76,10 +87,6 @@ warnings.filterwarnings(
 #: ``Config.attributes`` key: called with the list of statements of each DDL batch sent.
 DDL_BATCH_ATTRIBUTE = "sharded_orm.on_ddl_batch"
 
-_VERSION_UPDATE = re.compile(
-    r"SET\s+\S*version_num\S*\s*=\s*'([^']+)'.*WHERE.*version_num\S*\s*=\s*'([^']+)'",
-    re.IGNORECASE | re.DOTALL,
-)
 _DDL = re.compile(r"^\s*(CREATE|ALTER|DROP)\b", re.IGNORECASE)
 #: (pattern, replacement) making a statement a no-op when already applied.
 _IDEMPOTENT = [
@@ -167,6 +174,10 @@ class SpannerImpl(SpannerComparisons, DefaultImpl):
         # before the operation returns (Operations used directly, test fixtures)
         self._migrating = False
         self._batching = False
+        #: the driver's transaction may hold a write: the revision then joins it (atomic)
+        self._writes_pending = connection is not None and not as_sql and connection.in_transaction()
+        if connection is not None and not as_sql:
+            watch_writes(connection, self)
 
     # -- batching
 
@@ -188,6 +199,8 @@ class SpannerImpl(SpannerComparisons, DefaultImpl):
             if me is not None:
                 me._batching = False
                 me.flush_ddl()
+                # bounded, a failure one FAILED: line (SQLAlchemy's commit: nothing left)
+                me._end_driver_transaction("when its transaction commits")
 
         def transaction_rolls_back(conn: Connection) -> None:
             # a migration failed before its version row was written: its queued DDL
@@ -225,25 +238,26 @@ class SpannerImpl(SpannerComparisons, DefaultImpl):
         assert self.connection is not None
         database = database_of(self.connection)
         limits = ddl_timeouts(self._attributes())
-        self._end_driver_transaction()
-        try:  # bounded: the client's update_ddl().result() waits for hours (.schema_change)
-            apply_ddl(database, statements, **limits)
-        except SchemaChangeTimeout:
-            raise
-        except Exception as exc:
-            listed = "; ".join(statements)
-            raise MigrationError(
-                f"Spanner refused a schema change: {exc}. Statements of the batch before the "
-                "failing one may be applied (Spanner applies a batch statement by statement). "
-                "Fix the cause and run `alembic upgrade` again: every statement is safe to "
-                f"repeat. The batch: {listed[:2000]}"
-            ) from exc
-        self.ddl_batches.append(statements)
         hook: Callable[[list[str]], None] | None = self._attributes().get(DDL_BATCH_ATTRIBUTE)
-        if hook is not None:
-            hook(list(statements))
+        self._end_driver_transaction()
+        for batch in ddl_batches(statements):  # each under Spanner's request size
+            try:  # bounded: the client's update_ddl().result() waits for hours
+                apply_ddl(database, batch, **limits)
+            except (SchemaChangeTimeout, SchemaChangeBusy):
+                raise
+            except Exception as exc:
+                listed = "; ".join(batch)
+                raise MigrationError(
+                    f"Spanner refused a schema change: {one_line(exc)}. Earlier batches, and "
+                    "statements of this one before the failing one, may be applied. Fix the "
+                    "cause and run `alembic upgrade` again: every statement is safe to repeat."
+                    f" The batch: {listed[:2000]}"
+                ) from exc
+            self.ddl_batches.append(batch)
+            if hook is not None:
+                hook(list(batch))
 
-    def _end_driver_transaction(self) -> None:
+    def _end_driver_transaction(self, when: str = "before its next schema change") -> None:
         """Commit the driver's open Spanner transaction, if any, before a schema change.
 
         Spanner has no transactional DDL: as on MySQL, a schema change ends the
@@ -255,8 +269,8 @@ class SpannerImpl(SpannerComparisons, DefaultImpl):
         assert self.connection is not None
         driver: Any = self.connection.connection.driver_connection
         if driver is not None and not driver.autocommit and self.connection.in_transaction():
-            # bounded: the DB-API's commit has no timeout (alembic_ext.commit)
-            commit_within(driver.commit, commit_timeout(self._attributes()))
+            self._writes_pending = False  # committed, or failed: ended either way
+            commit_within(driver.commit, commit_timeout(self._attributes()), driver, when=when)
 
     @staticmethod
     def _attributes() -> dict[str, Any]:
@@ -285,12 +299,15 @@ class SpannerImpl(SpannerComparisons, DefaultImpl):
             self.flush_ddl()
         version_table = self.context_opts.get("version_table", "alembic_version")
         table: Any = getattr(construct, "table", None)
-        if isinstance(construct, sa.Update) and getattr(table, "name", None) == version_table:
-            sql = str(construct.compile(dialect=self.dialect))
-            m = _VERSION_UPDATE.search(sql)
-            if m is None:  # pragma: no cover - Alembic changed how it writes the version
-                raise ShardConfigError(f"unexpected alembic_version update: {sql}")
-            to_, from_ = m.group(1), m.group(2)
+        is_version = getattr(table, "name", None) == version_table
+        if is_version and isinstance(construct, (sa.Update, sa.Insert, sa.Delete)):
+            from_, to_ = version_change(construct, str(construct.compile(dialect=self.dialect)))
+            if not self.as_sql and revision_alone(self.connection, self._writes_pending):
+                seconds = commit_timeout(self._attributes())
+                found = write_revision_on(self.connection, table, from_, to_, seconds=seconds)
+                return SimpleNamespace(rowcount=found)  # what Alembic reads of a result
+            if not isinstance(construct, sa.Update):
+                return super()._exec(construct, *args, **kw)
             col = table.c.version_num
             result = super()._exec(table.delete().where(col == sa.literal(from_)), *args, **kw)
             super()._exec(table.insert().values(version_num=sa.literal(to_)), *args, **kw)
@@ -303,7 +320,7 @@ class SpannerImpl(SpannerComparisons, DefaultImpl):
         before a schema change. The SQLAlchemy transaction, Alembic's or the caller's,
         stays open for what follows (see :mod:`alembic_ext.steps`)."""
         self.flush_ddl()
-        self._end_driver_transaction()
+        self._end_driver_transaction("before a step that writes in its own transactions")
 
     # -- existence checks (online) for statements Spanner has no IF [NOT] EXISTS for
 

@@ -17,16 +17,28 @@ Two limits, both ``alembic.config.Config.attributes``:
 
 Past either, :class:`SchemaChangeTimeout` says what was sent, that Spanner may still
 apply it, how to check, and how to go on.
+
+A schema change is refused (FAILED_PRECONDITION, "... a concurrent schema change operation
+or read-write transaction is already in progress") while another schema change runs, or,
+on the emulator, while any read-write transaction is open: the app's writers keep one open
+a few times a second. That refusal, and only it (matched by status and message,
+:func:`is_busy_refusal`), is retried with capped exponential backoff and jitter
+(:class:`Backoff`) under the ``ddl_timeout``, each wait logged to ``alembic.sharded_orm``
+(shown by ``alembic upgrade``); past the ``ddl_timeout``, :class:`SchemaChangeBusy` says
+what it waited for and how to go on. Every other refusal is raised at once.
 """
 
 from __future__ import annotations
 
+import logging
+import random
 import time
 import uuid
 from collections.abc import Callable
 from typing import Any
 
 from .errors import MigrationError
+from .steps import PROGRESS_LOGGER
 
 DDL_TIMEOUT_ATTRIBUTE = "sharded_orm.ddl_timeout"
 DDL_CALL_TIMEOUT_ATTRIBUTE = "sharded_orm.ddl_call_timeout"
@@ -34,8 +46,56 @@ DEFAULT_DDL_TIMEOUT = 6 * 3600.0
 DEFAULT_DDL_CALL_TIMEOUT = 60.0
 
 
+#: FAILED_PRECONDITION messages of a schema change refused because the database is busy
+#: (another schema change, or, on the emulator, any open read-write transaction): retried.
+BUSY_MESSAGES = (
+    "concurrent schema change operation or read-write transaction is already in progress",
+)
+#: the google.rpc code of FAILED_PRECONDITION (an operation's error carries the number)
+_FAILED_PRECONDITION = 9
+
+_log = logging.getLogger(PROGRESS_LOGGER)
+
+
 class SchemaChangeTimeout(MigrationError):
     """A schema change did not finish within its limits; it may still finish on Spanner."""
+
+
+class SchemaChangeBusy(MigrationError):
+    """A schema change was refused until its deadline because the database stayed busy
+    (another schema change, or a read-write transaction): nothing of it was applied."""
+
+
+def _busy_message(message: str) -> bool:
+    text = " ".join(message.lower().split())
+    return any(m in text for m in BUSY_MESSAGES)
+
+
+def is_busy_refusal(exc: BaseException) -> bool:
+    """True for Spanner's refusal of a schema change while another schema change or a
+    read-write transaction is in progress (retried); False for every other error."""
+    from google.api_core import exceptions as api
+
+    return isinstance(exc, api.FailedPrecondition) and _busy_message(str(exc.message))
+
+
+class Backoff:
+    """Exponential backoff with jitter: the ``n``-th wait is drawn from
+    ``[d/2, d]``, ``d = min(cap, first * 2**n)``."""
+
+    def __init__(
+        self, first: float = 0.5, cap: float = 10.0, rng: random.Random | None = None
+    ) -> None:
+        if not 0 < first <= cap:
+            raise ValueError(f"backoff needs 0 < first <= cap, got {first!r}, {cap!r}")
+        self.first, self.cap = first, cap
+        self.attempts = 0
+        self._rng = rng or random.Random()
+
+    def next_delay(self) -> float:
+        ceiling = min(self.cap, self.first * 2.0 ** min(self.attempts, 60))
+        self.attempts += 1
+        return ceiling / 2 + self._rng.uniform(0.0, ceiling / 2)
 
 
 def _seconds(attributes: dict[str, Any], key: str, default: float) -> float:
@@ -67,20 +127,20 @@ def apply_ddl(database: Any, statements: list[str], *, timeout: float, call_time
     """Send ``statements`` as one ``UpdateDatabaseDdl`` and wait until Spanner applied them.
 
     Raises the client's error if Spanner refuses one, :class:`SchemaChangeTimeout` if the
-    batch is not done within ``timeout`` or Spanner is silent for ``call_timeout``."""
+    batch is not done within ``timeout`` or Spanner is silent for ``call_timeout``. A
+    refusal because the database is busy (:func:`is_busy_refusal`) is retried with
+    :class:`Backoff` and logged, :class:`SchemaChangeBusy` once the wait would pass
+    ``timeout``."""
     from google.api_core import exceptions as api
-    from google.cloud.spanner_admin_database_v1.types import UpdateDatabaseDdlRequest
 
     # Database.update_ddl sends through this stub without a timeout: we send with ours
     admin = database._instance._client.database_admin_api
     metadata = [("google-cloud-resource-prefix", database.name)]
-    operation_id = f"sharded_orm_{uuid.uuid4().hex}"
-    name = f"{database.name}/operations/{operation_id}"
-    request = UpdateDatabaseDdlRequest(
-        database=database.name, statements=statements, operation_id=operation_id
-    )
-    end = time.monotonic() + timeout
-    state = {"answered": time.monotonic(), "sent": False}
+    start = time.monotonic()
+    end = start + timeout
+    state = {"answered": start, "sent": False}
+    backoff = Backoff()
+    operation_id = ""
 
     def fail(why: str) -> SchemaChangeTimeout:
         return SchemaChangeTimeout(_message(why, database.name, operation_id, statements))
@@ -107,6 +167,71 @@ def apply_ddl(database: Any, statements: list[str], *, timeout: float, call_time
             state["answered"] = time.monotonic()
             return answer
 
+    def wait_until_free(reason: str) -> None:
+        """The batch was refused as the database is busy: wait, or fail past ``end``."""
+        now = time.monotonic()
+        state["answered"] = now  # a refusal is an answer
+        delay = min(backoff.next_delay(), end - now - 0.05)  # one last try before the end
+        if delay <= 0:
+            raise SchemaChangeBusy(
+                _busy(reason, now - start, backoff.attempts, timeout, database.name, statements)
+            )
+        _log.info(
+            "schema change waiting: Spanner refused it because another schema change or a "
+            "read-write transaction is in progress (the app's writers keep one open on the "
+            "emulator); retry %d in %.1f s, waited %.0f s of the %g s ddl_timeout: %s",
+            backoff.attempts, delay, now - start, timeout, "; ".join(statements)[:300],
+        )  # fmt: skip
+        time.sleep(delay)
+
+    while True:
+        # a new id per attempt: a refused request created no operation, a failed one
+        # keeps its id; within an attempt the same id makes a re-send safe
+        operation_id = f"sharded_orm_{uuid.uuid4().hex}"
+        state["sent"] = False
+        try:
+            operation = call(_sender(admin, metadata, database.name, statements, operation_id))
+        except Exception as exc:
+            if not is_busy_refusal(exc):
+                raise
+            wait_until_free(str(getattr(exc, "message", exc)))
+            continue
+        state["sent"] = True
+        name = f"{database.name}/operations/{operation_id}"
+
+        def poll(seconds: float, name: str = name) -> Any:
+            return admin.get_operation(
+                request={"name": name}, metadata=metadata, timeout=seconds, retry=None
+            )
+
+        delay = 0.2
+        while operation is None or not operation.done:
+            if operation is not None:
+                time.sleep(max(0.0, min(delay, end - time.monotonic())))
+                delay = min(delay * 1.5, 10.0)
+            operation = call(poll)
+        code, message = operation.error.code, operation.error.message
+        if code == _FAILED_PRECONDITION and _busy_message(message):
+            wait_until_free(message)
+            continue
+        if code:
+            raise api.from_grpc_status(code, message)  # type: ignore[no-untyped-call]
+        return
+
+
+def _sender(
+    admin: Any, metadata: list[tuple[str, str]], database: str, statements: list[str],
+    operation_id: str,
+) -> Callable[[float], Any]:  # fmt: skip
+    """The send of one attempt: the operation, or None if an earlier send of the same
+    ``operation_id`` reached Spanner (then it is polled)."""
+    from google.api_core import exceptions as api
+    from google.cloud.spanner_admin_database_v1.types import UpdateDatabaseDdlRequest
+
+    request = UpdateDatabaseDdlRequest(
+        database=database, statements=statements, operation_id=operation_id
+    )
+
     def send(seconds: float) -> Any:
         try:
             return admin.update_database_ddl(
@@ -115,21 +240,28 @@ def apply_ddl(database: Any, statements: list[str], *, timeout: float, call_time
         except api.AlreadyExists:  # an earlier attempt reached Spanner: poll it
             return None
 
-    def poll(seconds: float) -> Any:
-        return admin.get_operation(
-            request={"name": name}, metadata=metadata, timeout=seconds, retry=None
-        )
+    return send
 
-    operation = call(send)
-    state["sent"] = True
-    delay = 0.2
-    while operation is None or not operation.done:
-        if operation is not None:
-            time.sleep(max(0.0, min(delay, end - time.monotonic())))
-            delay = min(delay * 1.5, 10.0)
-        operation = call(poll)
-    if operation.error.code:
-        raise api.from_grpc_status(operation.error.code, operation.error.message)  # type: ignore[no-untyped-call]
+
+def _busy(
+    reason: str, waited: float, refusals: int, timeout: float, database: str,
+    statements: list[str],
+) -> str:  # fmt: skip
+    parts = database.split("/")
+    instance, db = (parts[3], parts[5]) if len(parts) >= 6 else ("INSTANCE", database)
+    return (
+        f"The schema change of this migration was not applied: Spanner refused it {refusals} "
+        f"time(s) in {waited:.0f} s ({reason}) because another schema change or a read-write "
+        "transaction was in progress each time, and the next wait would pass the "
+        f"{timeout:g} s ddl_timeout. Nothing of this batch was applied and the revision is "
+        "not recorded. Stop or pause the writers that keep transactions open (on the "
+        "emulator any open read-write transaction blocks a schema change), or wait for the "
+        "other schema change (`gcloud spanner operations list "
+        f"--instance={instance} --database={db} --type=DATABASE_UPDATE_DDL`), then run "
+        "`alembic upgrade` again; or wait longer: config.attributes"
+        f"[{DDL_TIMEOUT_ATTRIBUTE!r}] sets the limit. The batch: "
+        f"{'; '.join(statements)[:2000]}"
+    )
 
 
 def _message(why: str, database: str, operation_id: str, statements: list[str]) -> str:

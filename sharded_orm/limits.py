@@ -64,7 +64,9 @@ SPANNER_STATEMENT_BYTES = 1024 * 1024
 
 #: mutations per commit, secondary index entries included ("Mutations per commit
 #: (including indexes)"; an insert or update counts one per column it writes, key columns
-#: always; a delete one; each index entry it changes counts apart: :func:`row_mutations`)
+#: always; a delete one; each index entry it changes counts apart: :func:`row_mutations`).
+#: Google's "Commit statistics" page: for DML the 80,000 apply per statement, and a
+#: transaction of several statements is bounded by its size (``SPANNER_COMMIT_BYTES``)
 SPANNER_MUTATIONS = 80_000
 #: bytes one commit may hold ("Commit size", indexes and change streams included: 100 MB)
 SPANNER_COMMIT_BYTES = 100 * 1024 * 1024
