@@ -88,8 +88,14 @@ def test_rows_an_engine_and_a_csv_give_the_same_advice(tmp_path: Path) -> None:
 
 
 def test_a_model_without_or_with_two_shard_columns() -> None:
-    with pytest.raises(ShardingError, match="doctor --fix"):
+    # issue 42: a table without one is sized as it would be (tests/test_advise_unsharded.py)
+    with pytest.raises(ShardingError, match="2 key spaces that grow"):  # name the one
         advise(h.NaiveLogEntry, W3X)
+    naive = advise(
+        h.NaiveLogEntry, W3X, index="LogEntriesByCompany", instance=SMALL, candidates=COUNTS,
+        sample_size=2000,
+    )  # fmt: skip
+    assert naive.layout.proposed and naive.count is not None
 
     class B(DeclarativeBase):
         pass

@@ -31,6 +31,16 @@ def _counts(text: str) -> list[int]:
     return counts
 
 
+def _names(text: str) -> list[str]:
+    names = [x.strip() for x in text.split(",")]
+    if not all(names):
+        raise ShardingError(
+            f"--shard-on takes column names separated by commas, like created_at or "
+            f"tenant_id,created_at; got {text!r}"
+        )
+    return names
+
+
 def _sample(args: argparse.Namespace) -> Any:
     given = [x for x in (args.csv, args.url, args.rows_per_second and args.duration) if x]
     if args.csv and args.url:
@@ -71,6 +81,7 @@ def cmd_advise(args: argparse.Namespace) -> int:
         candidates=_counts(args.candidates) if args.candidates else CANDIDATES,
         instance=instance, target=args.target_writes, k=args.k, page_size=args.page_size,
         pages=args.pages, rows_per_second=args.sample_rate,
+        shard_on=_names(args.shard_on) if args.shard_on is not None else None, index=args.index,
     )  # fmt: skip
     if args.plot:
         advice.plot(args.plot)
@@ -91,12 +102,30 @@ def add_advise(sub: Any) -> None:
         "instance model simulate uses) against a target, and what the newest-k read and a "
         "page walk cost at that count (the merge's own statements and index entries, run "
         "on the sample). Recommends the count that meets the target with the least read "
-        "cost. Exit 1 when none does.",
+        "cost, and prints the shard_column(..., count=N) to declare. Exit 1 when none "
+        "does. A table without a shard column yet is sized as it would be with one: its "
+        "key or index that grows (a timestamp, a counter), led by a shard column over the "
+        "growing column and the tenant columns before it (--shard-on, --index to choose). "
+        "The rate of a --url/--csv sample is its busiest --tick seconds, so bursts count.",
         formatter_class=Formatter,
     )
     p.add_argument("target", help=TARGET_HELP + " (the model whose shard column is sized)")
     p.add_argument(
         "--column", default=None, help="the shard column to size (default: its only one)"
+    )
+    p.add_argument(
+        "--shard-on",
+        default=None,
+        metavar="COLUMNS",
+        help="a table without a shard column: the columns a new one would hash, e.g. "
+        "created_at or tenant_id,created_at (default: the growing column of its growing "
+        "key or index, and the tenant columns before it)",
+    )
+    p.add_argument(
+        "--index",
+        default=None,
+        help="a table without a shard column: the index the new one would lead (the "
+        "table's name: its key; default: the one key or index that grows)",
     )
     p.add_argument("--csv", default=None, metavar="FILE", help="a sample: the table's rows as CSV")
     p.add_argument("--url", default=None, help="a sample: the newest rows read from this database")
@@ -105,7 +134,8 @@ def add_advise(sub: Any) -> None:
         type=float,
         default=None,
         metavar="ROWS_PER_S",
-        help="the write rate of a --csv/--url sample (default: its time span's)",
+        help="the write rate of a --csv/--url sample (default: its busiest --tick seconds, "
+        "at least its mean)",
     )
     p.add_argument("--rows-per-second", type=float, default=None, help="a workload sample: rows/s")
     p.add_argument("--duration", type=float, default=None, help="a workload sample: seconds")

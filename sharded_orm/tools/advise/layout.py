@@ -4,6 +4,11 @@ The key space is the ``ShardedIndex`` the shard column leads (or the table's key
 shard column leads it): its writes land at one tail per shard and per value of the parts
 before the growing one (a tenant), so the busiest tail is what a count must spread. The
 read is that key space's newest-first read of one tenant (or of everything, without one).
+
+A table without a shard column yet (the moment its count must be chosen) is sized as it
+would be sharded (:func:`proposed_layout`): its key or index that grows (a time or a
+counter part, found as ``doctor`` finds it) led by a shard column over that growing part
+and the tenant parts before it (``doctor --fix``'s choice), or over the columns named.
 """
 
 from __future__ import annotations
@@ -13,9 +18,18 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from sharded_orm.errors import ShardConfigError
-from sharded_orm.schema.columns import ShardColumn, shard_column, shard_columns, table_of
+from sharded_orm.errors import ShardConfigError, ShardTypeError
+from sharded_orm.schema.columns import (
+    ATTR_COLUMNS_KEY,
+    ShardColumn,
+    attr_column,
+    shard_column,
+    shard_columns,
+    table_of,
+)
 from sharded_orm.schema.indexes import ShardedIndex
+from sharded_orm.schema.keys import is_descending
+from sharded_orm.schema.naive import naive_policy
 from sharded_orm.tools.doctor.keys import role_of
 from sharded_orm.tools.lint import index_parts
 
@@ -32,6 +46,16 @@ class Layout:
     parts: tuple[tuple[str, bool], ...]  # (column name, descending) after the shard
     tenant: str | None  # the part before the growing one that splits its tails, if any
     growing: str | None  # the growing part (time, counter)
+    #: True: the table has no such shard column yet; ``table`` is the table as it would be
+    #: with it (the same name, schema and columns, plus the shard column)
+    proposed: bool = False
+    #: the sources as the model names them (ORM attribute names), for ``shard_column(...)``
+    source_names: tuple[str, ...] = ()
+
+    def model_line(self, count: int) -> str:
+        """The shard column as the model declares it, at ``count``."""
+        names = ", ".join(f'"{n}"' for n in self.source_names)
+        return f"shard_column({names}, count={count})"
 
     def variant(self, count: int) -> sa.Table:
         """The table (only the columns the layout needs) with ``count`` shards, in a MetaData
@@ -47,7 +71,7 @@ class Layout:
         cols.append(
             shard_column(
                 *sources, count=count, algorithm=self.shard.algorithm, name=self.shard.name,
-                primary_key=self.shard.column.primary_key,
+                primary_key=self.shard.column.primary_key, naive_datetimes=self._naive(),
             ).column
         )  # fmt: skip
         items: list[Any] = []
@@ -58,26 +82,52 @@ class Layout:
             items.append(sa.PrimaryKeyConstraint(*[c.name for c in self.table.primary_key.columns]))
         return sa.Table(self.table.name, md, *cols, *items)
 
+    def _naive(self) -> str | None:
+        """What a naive datetime source means for the shard column, as its model says
+        (its own ``naive_datetimes=``, else its Base's ``set_naive_datetimes``): the
+        variant's fresh MetaData would otherwise refuse the rows the database returns."""
+        spec = self.shard.spec
+        if spec.naive_datetimes is not None:
+            return spec.naive_datetimes
+        says = naive_policy(spec, self.table)
+        return "utc" if says is not None and says() else None
 
-def layout_of(model: Any, column: str | None = None) -> Layout:
-    """The layout of ``model``'s shard column ``column`` (default: its only one)."""
+
+def layout_of(
+    model: Any, column: str | None = None, *, shard_on: Any = None, index: str | None = None
+) -> Layout:
+    """The layout of ``model``'s shard column ``column`` (default: its only one); for a
+    table without a shard column (or with ``shard_on``/``index`` given), the layout a new
+    shard column would have (:func:`proposed_layout`)."""
     table = table_of(model)
     found = shard_columns(table)
+    if shard_on is not None or index is not None:
+        if column is not None:
+            raise ShardConfigError(
+                "give column= (--column: an existing shard column to size) or shard_on= / "
+                "index= (--shard-on / --index: a new one to size), not both"
+            )
+        return proposed_layout(table, shard_on, index)
+    if not found and column is None:
+        return proposed_layout(table, None, None)
     if column is not None:
         found = tuple(sc for sc in found if column in (sc.name, sc.key))
     if not found:
-        what = f"no shard column {column!r}" if column else "no shard column"
         raise ShardConfigError(
-            f"{table.name} has {what}: advise sizes a shard column's count. A table without "
-            "one gets it from `sharded-orm doctor --fix` (which writes the migration); give "
-            "the model with the shard column"
+            f"{table.name} has no shard column {column!r} (its shard columns: "
+            f"{', '.join(sc.name for sc in shard_columns(table)) or 'none'}): name one of "
+            "them, or leave --column out and name the columns a new one would hash "
+            "(shard_on=..., --shard-on)"
         )
     if len(found) > 1:
         raise ShardConfigError(
             f"{table.name} has {len(found)} shard columns ({', '.join(s.name for s in found)}):"
             " name the one to size (column=..., --column)"
         )
-    sc = found[0]
+    return _layout(table, found[0])
+
+
+def _layout(table: sa.Table, sc: ShardColumn, proposed: bool = False) -> Layout:
     index = None
     parts: list[tuple[Any, bool]] = []
     for ix in table.indexes:
@@ -92,8 +142,6 @@ def layout_of(model: Any, column: str | None = None) -> Layout:
                 f"shard column {table.name}.{sc.name} leads no ShardedIndex and not the key: "
                 "nothing is sharded by it to size"
             )
-        from sharded_orm.schema.keys import is_descending
-
         parts = [(c, is_descending(c)) for c in pk[1:]]
     roles = [role_of(c) for c, _ in parts]
     grow = next((i for i, r in enumerate(roles) if r in GROWING), None)
@@ -102,5 +150,142 @@ def layout_of(model: Any, column: str | None = None) -> Layout:
         tenant = parts[grow - 1][0].name
     return Layout(
         table, sc, index, tuple((c.name, d) for c, d in parts), tenant,
-        parts[grow][0].name if grow is not None else None,
+        parts[grow][0].name if grow is not None else None, proposed,
+        tuple(_attr_name(table, c) for c in sc.sources),
     )  # fmt: skip
+
+
+# --------------------------------------------------------------------------- before a shard column
+
+
+def _attr_name(table: sa.Table, col: sa.Column[Any]) -> str:
+    """The name the model gives ``col`` (its ORM attribute), else its key."""
+    attrs = table.__dict__.get("info", {}).get(ATTR_COLUMNS_KEY) or {}
+    return next((a for a, k in attrs.items() if k == col.key), col.key)
+
+
+def _column(table: sa.Table, name: Any) -> sa.Column[Any]:
+    """A column of ``table`` by ORM attribute name, key or SQL name; refused otherwise."""
+    if not isinstance(name, str) or not name:
+        raise ShardTypeError(f"shard_on takes column names (str), got {name!r}")
+    col = attr_column(table, name)
+    if col is None:
+        col = table.c.get(name)
+    if col is None:
+        col = next((c for c in table.columns if c.name == name), None)
+    if col is None:
+        raise ShardConfigError(
+            f"{table.name} has no column {name!r} to hash: its columns are "
+            f"{', '.join(_attr_name(table, c) for c in table.columns)}"
+        )
+    return col
+
+
+def _key_spaces(table: sa.Table) -> list[tuple[str | None, list[tuple[sa.Column[Any], bool]]]]:
+    """(index name, or None for the key; its parts) of each key space no shard column leads."""
+    out: list[tuple[str | None, list[tuple[sa.Column[Any], bool]]]] = []
+    pk = [(c, is_descending(c)) for c in table.primary_key.columns]
+    if pk:
+        out.append((None, pk))
+    for ix in sorted(table.indexes, key=lambda i: str(i.name)):
+        try:
+            out.append((str(ix.name), index_parts(ix)))
+        except ShardConfigError:  # a part that is an expression: no tail to size
+            continue
+    return [(n, p) for n, p in out if p and role_of(p[0][0]) != "shard"]
+
+
+def _describe(space: tuple[str | None, list[tuple[sa.Column[Any], bool]]]) -> str:
+    name, parts = space
+    cols = ", ".join(f"{c.name} ({role_of(c)})" for c, _ in parts)
+    return f"{'the key' if name is None else 'index ' + name}: {cols}"
+
+
+def _growing(parts: list[tuple[sa.Column[Any], bool]]) -> int | None:
+    return next((i for i, (c, _) in enumerate(parts) if role_of(c) in GROWING), None)
+
+
+def proposed_layout(table: sa.Table, shard_on: Any = None, index: str | None = None) -> Layout:
+    """The layout of ``table`` with a new shard column: leading ``index`` (an index's name,
+    or the table's name for its key; default: the one key space that grows) and hashing
+    ``shard_on`` (column names; default: the growing part and the tenant parts before it).
+    Refused, saying what to do, where no key space grows (nothing to shard) or several do
+    (name one)."""
+    spaces = _key_spaces(table)
+    if index is not None:
+        if not isinstance(index, str):
+            raise ShardTypeError(f"index must be an index name (str), got {index!r}")
+        chosen = [s for s in spaces if s[0] == index or (s[0] is None and index == table.name)]
+        if not chosen:
+            raise ShardConfigError(
+                f"{table.name} has no unsharded index {index!r} to size a shard column for: "
+                "name one of " + "; ".join(_describe(s) for s in spaces)
+                + f" (or {table.name!r} for its key)"
+            )  # fmt: skip
+        spaces = chosen
+    sources: list[sa.Column[Any]] | None = None
+    if shard_on is not None:
+        names = [shard_on] if isinstance(shard_on, str) else list(shard_on)
+        if not names:
+            raise ShardConfigError("shard_on names at least one column to hash")
+        sources = [_column(table, n) for n in names]
+        if len(set(sources)) != len(sources):
+            raise ShardConfigError(f"a column is named twice in shard_on: {names}")
+    growing = [(s, g) for s in spaces if (g := _growing(s[1])) is not None]
+    if sources is not None:
+        growing = [(s, g) for s, g in growing if s[1][g][0] in sources]
+    if not growing:
+        times = [c.name for c in table.columns if role_of(c) in GROWING]
+        what = (
+            f"no key or index of {table.name} grows with {', '.join(times)}"
+            if times
+            else f"{table.name} has no time-ordered column (a timestamp, a counter)"
+        )
+        if sources is not None:
+            what += f" among the columns to hash ({', '.join(c.name for c in sources)})"
+        raise ShardConfigError(
+            f"{what}: nothing to size. advise sizes the shard column of a key or index "
+            "whose new rows all land at its end (a timestamp or a counter after its "
+            "leading parts); " + "; ".join(_describe(s) for s in spaces)
+            + ". If a column grows that the model does not show (a timestamp kept as "
+            "text), name it with shard_on= (--shard-on) and the index with index= (--index)"
+        )  # fmt: skip
+    if len(growing) > 1:
+        raise ShardConfigError(
+            f"{table.name} has {len(growing)} key spaces that grow: "
+            + "; ".join(_describe(s) for s, _ in growing)
+            + ". Name the one to size: index=<index name> (--index), or the table's name "
+            "for its key"
+        )  # fmt: skip
+    (name, parts), g = growing[0]
+    if sources is None:
+        sources = [c for c, _ in parts[:g] if role_of(c) == "tenant"] + [parts[g][0]]
+    taken = {c.name for c in table.columns} | set(table.c.keys())
+    shard_name, i = f"{parts[g][0].name}ShardId", 2
+    while shard_name in taken:
+        shard_name, i = f"{parts[g][0].name}ShardId{i}", i + 1
+    md = sa.MetaData()
+    cols: list[Any] = [
+        sa.Column(c.name, c.type, key=c.key, nullable=c.nullable, info=dict(c.info))
+        for c in table.columns
+    ]
+    in_key = name is None
+    # naive datetimes hashed as UTC: the spread of the shards is what is estimated
+    cols.append(
+        shard_column(
+            *[c.key for c in sources], count=1, name=shard_name, naive_datetimes="utc",
+            primary_key=False,
+        ).column
+    )  # fmt: skip
+    pk = [c.key for c in table.primary_key.columns]
+    key: list[Any] = [sa.PrimaryKeyConstraint(shard_name, *pk)] if in_key else []
+    if not in_key and pk:
+        key.append(sa.PrimaryKeyConstraint(*pk))
+    attrs = table.__dict__.get("info", {}).get(ATTR_COLUMNS_KEY)
+    info = {ATTR_COLUMNS_KEY: dict(attrs)} if attrs else {}
+    new = sa.Table(table.name, md, *cols, *key, schema=table.schema, info=info)
+    if not in_key:  # by the columns themselves: a key may differ from its SQL name
+        order = [sa.desc(new.c[c.key]) if d else new.c[c.key] for c, d in parts]
+        ShardedIndex(str(name), *order, shard=shard_name)
+    sc = next(s for s in shard_columns(new) if s.name == shard_name)
+    return _layout(new, sc, proposed=True)

@@ -44,15 +44,30 @@ class Advice:
         best = self.best
         return None if best is None else best.count
 
+    def share(self, point: Point) -> float:
+        """The busiest split's share of the table's writes at ``point`` (at most 1)."""
+        rate = self.sample.rows_per_second
+        return min(1.0, point.peak_split_writes / rate) if rate > 0 else 1.0
+
+    @property
+    def model_line(self) -> str | None:
+        """The recommended shard column as the model declares it (None: no count fits)."""
+        return None if self.count is None else self.layout.model_line(self.count)
+
     def as_dict(self) -> dict[str, Any]:
+        mean = self.sample.mean_rows_per_second
+        proposed = self.layout.proposed
         return {
             "table": self.layout.table.name,
-            "shard_column": self.layout.shard.name,
+            "shard_column": None if proposed else self.layout.shard.name,
+            "shard_sources": list(self.layout.source_names),
             "key_space": self.layout.index or self.layout.table.name,
-            "current_count": self.layout.shard.count,
+            "current_count": None if proposed else self.layout.shard.count,
             "sample": self.sample.source,
             "sample_rows": len(self.sample.rows),
             "rows_per_second": round(self.sample.rows_per_second, 2),
+            "mean_rows_per_second": None if mean is None else round(mean, 2),
+            "busiest_window_seconds": self.sample.window,
             "target_split_writes_per_second": self.target,
             "read": {
                 "tenant": _plain(self.tenant),
@@ -61,20 +76,35 @@ class Advice:
                 "pages": self.pages,
             },  # fmt: skip
             "recommended_count": self.count,
-            "curve": [p.as_dict() for p in self.points],
-        }
+            "model": self.model_line,
+            "busiest_split_share": None if self.best is None else round(self.share(self.best), 4),
+            "curve": [{**p.as_dict(), "busiest_split_share": round(self.share(p), 4)}
+                      for p in self.points],
+        }  # fmt: skip
 
     def table(self) -> str:
         best = self.best
         top = 3 * self.target  # bars: 0 to 3x the target, '#' at the target
+        lay, data = self.layout, self.sample
+        what = (
+            f"{lay.table.name} (no shard column yet): a shard column over "
+            f"{', '.join(lay.source_names)}"
+            if lay.proposed
+            else f"{lay.table.name}.{lay.shard.name} (now {lay.shard.count} shards)"
+        )
+        rate = f"{data.rows_per_second:,.0f} rows/s"
+        if data.window is not None and data.mean_rows_per_second is not None:
+            rate += (
+                f" in the busiest {data.window:g} s (mean {data.mean_rows_per_second:,.1f}): "
+                "sized for the bursts"
+            )
         lines = [
-            f"{self.layout.table.name}.{self.layout.shard.name} (now {self.layout.shard.count} "
-            f"shards) leading {self.layout.index or 'the key'}: {len(self.sample.rows)} rows "
-            f"of {self.sample.source}, {self.sample.rows_per_second:,.0f} rows/s",
+            f"{what} leading {lay.index or 'the key'}: {len(data.rows)} rows of "
+            f"{data.source}, {rate}",
             f"reads priced: newest {self.k} and {self.pages} page(s) of {self.page_size}"
             + (f" of {self.layout.tenant} {self.tenant!r}" if self.tenant is not None else "")
             + f"; write target: {self.target:,.0f} writes/s per split",
-            f"{'N':>5} {'busiest split w/s':>18} {'meets':>5} {'statements':>10} "
+            f"{'N':>5} {'busiest split w/s':>18} {'share':>6} {'meets':>5} {'statements':>10} "
             f"{'rows read':>9} {'read cost':>9}  busiest split (# = target)",
         ]
         for p in self.points:
@@ -83,12 +113,14 @@ class Advice:
             ok = "yes" if p.peak_split_writes <= self.target else "no"
             star = " <- recommended" if best is not None and p is best else ""
             lines.append(
-                f"{p.count:>5} {p.peak_split_writes:>18,.0f} {ok:>5} {p.statements:>10} "
+                f"{p.count:>5} {p.peak_split_writes:>18,.0f} {self.share(p):>6.1%} {ok:>5} "
+                f"{p.statements:>10} "
                 f"{p.server_rows_read:>9} {p.read_cost:>9,.0f}  {bar.rstrip()}{star}"
             )
         lines.append(
             "read cost = index entries read + 1024 per statement (the merge's cost rule, "
-            "SINGLE_STATEMENT_READS); busiest split = the busiest tail's writes/s"
+            "SINGLE_STATEMENT_READS); busiest split = the busiest tail's writes/s, share = "
+            "its part of the table's writes"
         )
         if best is None:
             lines.append(
@@ -97,7 +129,13 @@ class Advice:
                 "larger counts (candidates=...) or spread that tenant's key further"
             )
         else:
-            lines.append(f"recommended: {best.count} shards")
+            lines.append(
+                f"recommended: {best.count} shards: the busiest split takes "
+                f"{self.share(best):.1%} of the writes ({best.peak_split_writes:,.0f}/s), a "
+                f"newest-{self.k} read {best.newest_statements} statement(s) and "
+                f"{best.newest_rows_read} index entries"
+            )
+            lines.append(f"in the model: {self.model_line}")
         return "\n".join(lines)
 
     __str__ = table
@@ -112,7 +150,9 @@ def _plain(v: Any) -> Any:
     return v if isinstance(v, (int, float, str, type(None))) else str(v)
 
 
-def _sample(layout: Layout, sample: Any, rows_per_second: float | None, size: int) -> Sample:
+def _sample(
+    layout: Layout, sample: Any, rows_per_second: float | None, size: int, window: float
+) -> Sample:
     from sharded_orm.tools.simulate import Workload
 
     if isinstance(sample, Workload):
@@ -123,11 +163,11 @@ def _sample(layout: Layout, sample: Any, rows_per_second: float | None, size: in
                 f"{str(sample)!r} is a URL: advise takes an Engine (create_engine(url)) or, on "
                 "the command line, --url"
             )
-        return from_csv(layout, sample, rows_per_second)
+        return from_csv(layout, sample, rows_per_second, window)
     if hasattr(sample, "connect") and hasattr(sample, "dialect"):
-        return from_engine(layout, sample, size, rows_per_second=rows_per_second)
+        return from_engine(layout, sample, size, rows_per_second=rows_per_second, window=window)
     if isinstance(sample, (list, tuple)) or hasattr(sample, "__iter__"):
-        return from_rows(layout, sample, "the rows given", rows_per_second)
+        return from_rows(layout, sample, "the rows given", rows_per_second, window)
     raise ShardTypeError(
         "sample must be a simulate Workload, an Engine, a CSV path or an iterable of dicts "
         f"keyed by column name; got {sample!r}"
@@ -148,6 +188,8 @@ def advise(
     tenant: Any = None,
     rows_per_second: float | None = None,
     sample_size: int = 20_000,
+    shard_on: Any = None,
+    index: str | None = None,
 ) -> Advice:
     """Price each candidate shard count of ``model``'s shard column from ``sample``.
 
@@ -156,7 +198,13 @@ def advise(
     (default: the instance's ``load_split_threshold x node_capacity``, where a split turns
     warm). ``k``, ``page_size``, ``pages``: the app's newest-k read and page walk; ``tenant``:
     whose (default: the busiest). ``rows_per_second``: the write rate, where the sample's
-    time span cannot tell it. ``sample_size``: rows drawn from a Workload or a database.
+    time span cannot tell it (else the busiest ``instance.tick`` seconds of the sample's
+    rows: see :mod:`.sample`). ``sample_size``: rows drawn from a Workload or a database.
+
+    A table without a shard column yet is sized as it would be with one: the key or index
+    that grows (``index=``: name it where several do) led by a shard column over its
+    growing part and the tenant parts before it (``shard_on=``: the columns to hash
+    instead). ``Advice.model_line`` is then the ``shard_column(...)`` to declare.
     """
     from sharded_orm.tools.simulate import Instance
 
@@ -173,8 +221,9 @@ def advise(
     limit = target if target is not None else inst.load_split_threshold * inst.node_capacity
     if not isinstance(limit, (int, float)) or not limit > 0 or limit == float("inf"):
         raise ShardConfigError(f"target must be a positive number of writes/s, got {target!r}")
-    layout = layout_of(model, column)
-    data = _sample(layout, sample, rows_per_second, check_positive_int(sample_size, "sample_size"))
+    layout = layout_of(model, column, shard_on=shard_on, index=index)
+    size = check_positive_int(sample_size, "sample_size")
+    data = _sample(layout, sample, rows_per_second, size, float(inst.tick))
     who = tenant if tenant is not None else busiest_tenant(layout, data)
     advice = Advice(layout, data, float(limit), who, k, page_size, pages)
     splits = inst.initial_splits_per_node * inst.nodes
