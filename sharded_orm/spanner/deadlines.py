@@ -21,11 +21,23 @@ restores the client's own default). Its DB-API cursor sees the connection throug
 A read that misses its deadline, or is cut and cannot resume, fails with the DB-API's
 ``OperationalError`` (``sqlalchemy.exc.OperationalError``) saying it changed nothing and
 can be retried; the client's error is its ``__cause__``.
+
+Writes (DML) run under the same deadline: a single INSERT/UPDATE/DELETE through
+``execute_sql``, and an ``executemany`` (batch DML, ``ExecuteBatchDml``), whose requests
+the DB-API sent under the client's own per-request default (30 s) and, when one failed,
+followed with a ``BeginTransaction`` under another 30 s. A batch larger than
+:data:`BATCH_DML_STATEMENTS` is sent in requests of at most that many statements within
+the transaction (the emulator spends time quadratic in one request's statements: 800
+updates in one request took 27 s, 2,500 never finished within 30 s); in autocommit mode
+it stays one request (splitting it would commit its parts apart). A write that misses its
+deadline fails with an ``OperationalError`` saying what holds for a write: nothing of it
+is committed, and its transaction must be rolled back and run again.
 """
 
 from __future__ import annotations
 
 import functools
+import re
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -42,6 +54,12 @@ from sharded_orm.checks import MAX_SECONDS, is_seconds
 TIMEOUT_OPTION = "timeout"
 #: Seconds a statement may take when no ``timeout`` execution option is set.
 DEFAULT_READ_TIMEOUT = 60.0
+
+#: Statements per ``ExecuteBatchDml`` request of one ``executemany`` in a transaction.
+BATCH_DML_STATEMENTS = 100
+
+#: A statement the DB-API sends as DML (its own classification: INSERT, UPDATE, DELETE).
+_DML = re.compile(r"\s*(?:insert|update|delete)\b", re.IGNORECASE)
 
 #: Errors a read cannot outlive: missed deadline, server gone, stream cut for good.
 _READ_FAILURES = (
@@ -141,6 +159,22 @@ class _Bounded:
         setattr(self._inner, name, value)
 
 
+class _BoundedTransaction(_Bounded):
+    """A read-write Transaction whose reads and batch DML carry the statement's deadline."""
+
+    def batch_update(self, *args: Any, **kwargs: Any) -> Any:
+        return self._inner.batch_update(*args, **{**self._options, **kwargs})
+
+    def _reset_and_begin(self) -> Any:
+        # The DB-API begins the transaction explicitly when a batch that was to begin it
+        # failed (under the client's own 30 s): once the deadline gave up, that would only
+        # wait on a server that did not answer; the batch's error stands.
+        deadline = self._options.get("timeout")
+        if isinstance(deadline, StatementDeadline) and deadline.given_up:
+            raise _api.DeadlineExceeded(f"deadline of {deadline.seconds:g} s reached")  # type: ignore[no-untyped-call]
+        return self._inner._reset_and_begin()
+
+
 class _BoundedDatabase(_Bounded):
     """A Database whose single-use snapshots carry the statement's deadline."""
 
@@ -178,6 +212,10 @@ class DeadlineConnection(_Bounded):
             return None
         return self._inner._transaction
 
+    def transaction_checkout(self) -> Any:
+        transaction = self._inner.transaction_checkout()
+        return None if transaction is None else _BoundedTransaction(transaction, self._options)
+
     def snapshot_checkout(self) -> Any:
         snapshot = self._inner.snapshot_checkout()
         return None if snapshot is None else _Bounded(snapshot, self._options)
@@ -206,6 +244,27 @@ def read_errors(seconds: float | None) -> Iterator[None]:
         ) from e
 
 
+@contextmanager
+def write_errors(seconds: float | None) -> Iterator[None]:
+    """Raise a write's (DML's) missed deadline or lost connection as a DB-API
+    ``OperationalError`` that says what holds for a write."""
+    try:
+        yield
+    except _READ_FAILURES as e:
+        if isinstance(e, _api.DeadlineExceeded | _api.RetryError) and seconds is not None:
+            what = f"did not finish within its deadline of {seconds:g} s"
+        else:
+            what = "lost its connection to Spanner"
+        raise _dbapi.OperationalError(
+            f"the write (DML) {what}: {getattr(e, 'message', None) or e}. Nothing of it is "
+            "committed, but its transaction may hold part of it: roll the transaction back "
+            "and run it again; raise the deadline with "
+            f"execution_options({TIMEOUT_OPTION}=<seconds>) if it needs longer (a large "
+            "executemany is sent in batches of "
+            f"{BATCH_DML_STATEMENTS} statements, all under that one deadline)."
+        ) from e
+
+
 class DeadlineCursor(Cursor):  # type: ignore[misc]
     """The DB-API cursor on a :class:`DeadlineConnection`; fetches map read failures.
 
@@ -226,6 +285,29 @@ class DeadlineCursor(Cursor):  # type: ignore[misc]
         self.deadline_seconds = None if self.deadline is None else self.deadline.seconds
         #: the error that ended the result's stream during the current fetch
         self.stream_error: Exception | None = None
+
+    def execute(self, sql: Any, args: Any = None) -> Any:
+        if isinstance(sql, str) and _DML.match(sql):
+            with write_errors(self.deadline_seconds):
+                return super().execute(sql, args)
+        return super().execute(sql, args)
+
+    def executemany(self, operation: Any, seq_of_params: Any) -> Any:
+        if not (isinstance(operation, str) and _DML.match(operation)):
+            return super().executemany(operation, seq_of_params)
+        with write_errors(self.deadline_seconds):
+            rows = seq_of_params if isinstance(seq_of_params, list) else list(seq_of_params)
+            step = BATCH_DML_STATEMENTS
+            if len(rows) <= step or not self.connection._client_transaction_started:
+                return super().executemany(operation, rows)
+            counts: list[int] = []
+            for start in range(0, len(rows), step):
+                super().executemany(operation, rows[start : start + step])
+                counts.extend(getattr(self, "_batch_dml_rows_count", None) or ())
+            # what one request would have reported: every statement's count, and their sum
+            self._batch_dml_rows_count = counts
+            self._row_count = sum(max(n, 0) for n in counts)
+            return None
 
     def __iter__(self) -> Iterator[Any]:
         return self._watched(super().__iter__())

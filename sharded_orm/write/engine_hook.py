@@ -29,10 +29,10 @@ import weakref
 from operator import methodcaller
 from typing import Any
 
-from sqlalchemy import event, literal
+from sqlalchemy import event
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.sql.dml import Insert, Update
-from sqlalchemy.sql.elements import BindParameter, ClauseElement, TextClause
+from sqlalchemy.sql.elements import BindParameter, TextClause
 
 from sharded_orm.checks import shown
 from sharded_orm.errors import ShardConfigError, ShardingWarning, ShardTypeError
@@ -64,6 +64,7 @@ def _rewrite_multi_values(stmt: Insert, table: Any, shards: RowShards) -> Insert
     context-sensitive column default cannot see them; so we rebuild the rows with the shard.
     """
     new_rows: list[dict[str, Any]] = []
+    first_keys: tuple[str, ...] | None = None
     for group in stmt._multi_values:
         for raw in group:
             items = raw.items() if isinstance(raw, dict) else zip(table.c, raw, strict=False)
@@ -74,17 +75,14 @@ def _rewrite_multi_values(stmt: Insert, table: Any, shards: RowShards) -> Insert
                     raise ShardConfigError(f"cannot read multi-VALUES key {k!r}")
                 lit = literal_value(v)
                 row[key] = v if lit is MISSING else lit
+            if first_keys is None:  # what SQLAlchemy's context shows each row's defaults
+                shards.defaults.use_multi_values(first_keys := tuple(row))
             new_rows.append(shards.insert_row(row, {}))
     new = stmt._generate()
-    new._multi_values = (  # type: ignore[assignment]
-        [
-            {
-                k: (v if isinstance(v, ClauseElement) else literal(v, table.c[k].type))
-                for k, v in r.items()
-            }
-            for r in new_rows
-        ],
-    )
+    # plain values, as the caller gave them: SQLAlchemy binds each under its per-row name
+    # (``id_m1``), which its context shows a context-sensitive default of a later row
+    # (an anonymous literal() left that default a KeyError)
+    new._multi_values = (new_rows,)  # type: ignore[assignment]
     return new
 
 
@@ -291,6 +289,7 @@ def _shard_rows(
                 return elem, fast_insert_rows(row_shards, multiparams), params
             return elem, multiparams, fast_insert_rows(row_shards, [params])[0]
         rows = multiparams if multiparams else [params]
+        row_shards.defaults.use_statement(elem, table)  # what a default's context shows
         new_rows = [row_shards.insert_row(r, stmt_values) for r in rows]
     else:
         pinned = {
@@ -303,6 +302,7 @@ def _shard_rows(
         if backs:
             rows = _derived_dropped(table, pinned, rows, backs)
         fetch = _row_fetcher(conn, table, pinned, rows)
+        row_shards.defaults.use_statement(elem, table)  # what an onupdate's context shows
         # the flush's own rows (backs: its UPDATE) are the ORM's, made for this statement
         new_rows = row_shards.update_rows(
             rows, stmt_values, pinned, fetch, in_place=backs is not None

@@ -50,7 +50,12 @@ from sharded_orm.write.attr_events import (
 from sharded_orm.write.engine_hook import watch
 from sharded_orm.write.fastpath import given_mark_key, object_filler
 from sharded_orm.write.row_errors import mismatch
-from sharded_orm.write.sql import MISSING, evaluate_default, evaluate_onupdate
+from sharded_orm.write.sql import (
+    MISSING,
+    StatementDefaults,
+    evaluate_default,
+    evaluate_onupdate,
+)
 from sharded_orm.write.trust import Shape, Tally, expected, forget, updates_of
 
 
@@ -65,6 +70,24 @@ def _insert_values(
     """Source values for an INSERT, evaluating (and storing) Python-side defaults; a
     context-sensitive one sees, as in SQLAlchemy, the object's column values by column
     key (``columns``: (attribute, column key) of the table's columns)."""
+    table = sc.column.table
+    if any(
+        d.get(a) is None and c.default is not None
+        for c, a in zip(sc.sources, source_attrs, strict=True)
+    ):
+        # as the flush's INSERT would: every Python default of a column the object leaves
+        # None, in table order, each seeing the ones before it; all set on the object, so
+        # the INSERT sends (and SQLAlchemy does not evaluate again) what the source saw
+        attr_of = {k: a for a, k in columns}
+        params = {
+            k: d[a]
+            for a, k in columns
+            if a in d and not (d[a] is None and table.c[k].default is not None)
+        }
+        evaluated = StatementDefaults(table, None, {}, isinsert=True, connection=connection)
+        for k, v in evaluated.evaluate(params).items():
+            if k in attr_of:
+                setattr(target, attr_of[k], v)
     values = []
     for col, attr in zip(sc.sources, source_attrs, strict=True):
         v = d.get(attr)
@@ -364,18 +387,33 @@ def _apply_onupdate(
     if not changed:
         return  # no net change: the ORM sends no UPDATE, the onupdate must not fire
     d = instance_dict(target)
-    sets: dict[Any, dict[str, Any]] = {}
+    done: set[Any] = set()
     for attr, col in onupdate.items():
-        if attr in changed:
+        table = col.table
+        if attr in changed or table in done:
             continue
-        params = sets.get(col.table)
-        if params is None:
-            params = sets[col.table] = {
-                k: d.get(a) for a, k, t in columns if t is col.table and a in changed
-            }
-        value = evaluate_onupdate(col, params, connection)
-        params[col.key] = value
-        setattr(target, attr, value)
+        done.add(table)
+        # what the flush's UPDATE of this table shows its onupdates: the changed columns,
+        # the primary key under the ORM's parameter names, every column still to be
+        # evaluated as None; each evaluated in table order, seeing the ones before it,
+        # and set on the object (sent, not evaluated again by SQLAlchemy)
+        params = {k: d.get(a) for a, k, t in columns if t is table and a in changed}
+        for a, k, t in columns:
+            c = t.c[k]
+            if t is table and c.primary_key:
+                old = attrs[a].history.deleted
+                params[getattr(c, "_label", None) or f"{t.name}_{k}"] = old[0] if old else d.get(a)
+        attr_of = {k: a for a, k, t in columns if t is table}
+        evaluated = StatementDefaults(table, None, {}, isinsert=False, connection=connection)
+        for k, value in evaluated.evaluate(params).items():
+            if k in attr_of:
+                setattr(target, attr_of[k], value)
+    for attr, col in onupdate.items():
+        gen = col.onupdate
+        if attr not in changed and not (
+            getattr(gen, "is_scalar", False) or getattr(gen, "is_callable", False)
+        ):
+            evaluate_onupdate(col, {}, connection)  # a SQL onupdate: refused, with the way out
 
 
 def _install_for_sharded_tables(mapper: Mapper[Any], class_: Any) -> None:

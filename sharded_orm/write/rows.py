@@ -30,6 +30,7 @@ from sharded_orm.write.fastpath import RowsFiller, UpdateFiller, rows_filler, up
 from sharded_orm.write.row_errors import mismatch, no_value, server_rewritten, unhashable_source
 from sharded_orm.write.sql import (
     MISSING,
+    RowDefaults,
     evaluate_default,
     evaluate_onupdate,
     literal_value,
@@ -78,6 +79,12 @@ class RowShards:
         self.server_rewritten = [
             (sc, c) for sc in self.client_made for c in sc.sources if c.server_onupdate is not None
         ]
+        #: sources with a default, of shards the client computes
+        self.defaulted_sources = [c for sc in self.client_made for c in sc.sources if c.default]
+        #: evaluates defaults and onupdates as SQLAlchemy would (``sql.RowDefaults``)
+        self.defaults = RowDefaults(
+            next((getattr(sc.column, "table", None) for sc in shards), None)
+        )
 
     # ----------------------------------------------------------------------------- INSERT
 
@@ -86,6 +93,10 @@ class RowShards:
     ) -> dict[str, Any]:
         """The row to send, with shard values filled in; raises on a disagreeing one.
         ``connection``: the write's, when this object was made without it."""
+        if any(c.key not in row and c.key not in stmt_values for c in self.defaulted_sources):
+            # a source's default runs here: so does every default SQLAlchemy would run
+            conn = connection or self.connection
+            row = self.defaults.with_evaluated(row, stmt_values, isinsert=True, connection=conn)
         out = row
         for sc in self.client_made:
             values = self.insert_sources(sc, out, stmt_values, connection)
@@ -146,15 +157,14 @@ class RowShards:
         """The UPDATE row to send. ``fetch(row, keys)`` reads sources the statement does not
         give from the one row its WHERE clause names by primary key (None: not possible)."""
         out = row
-        params: dict[str, Any] | None = None
-        for k, col in self.onupdate_sources.items():
-            if k not in out and k not in stmt_values:
-                if out is row:
-                    out = dict(row)
-                if params is None:  # what SQLAlchemy's context shows: values, not binds
+        if any(k not in row and k not in stmt_values for k in self.onupdate_sources):
+            # a source's onupdate runs here: so does every onupdate SQLAlchemy would run
+            conn = self.connection
+            out = self.defaults.with_evaluated(row, stmt_values, isinsert=False, connection=conn)
+            for k, col in self.onupdate_sources.items():
+                if k not in out and k not in stmt_values:  # SQL: refused, with the way out
                     params = row_parameters(row, stmt_values)
-                # each sees the ones evaluated before it, as in SQLAlchemy
-                out[k] = params[k] = evaluate_onupdate(col, params, self.connection)
+                    out[k] = evaluate_onupdate(col, params, self.connection)
         for sc in self.client_made:
             setting = [k for k in sc.source_keys if k in out or k in stmt_values]
             shard_given = sc.key in out or sc.key in stmt_values

@@ -53,8 +53,10 @@ class DefaultContext:
         *,
         isinsert: bool = True,
         connection: Any = None,
+        shared: bool = False,
     ) -> None:
-        self.current_parameters = dict(params)
+        # shared: the caller's dict itself, which it fills as each column is evaluated
+        self.current_parameters = params if shared and isinstance(params, dict) else dict(params)
         self.current_column = column
         self.isinsert = isinsert
         self.isupdate = not isinsert
@@ -159,6 +161,175 @@ def _python_value(generator: Any, context: DefaultContext) -> Any:
     if getattr(generator, "is_callable", False):
         return generator.arg(context)
     return MISSING
+
+
+def prefetch_columns(table: Any, given: Any, *, isinsert: bool) -> list[Column[Any]]:
+    """The columns of ``table`` whose Python ``default`` (INSERT) or ``onupdate`` (UPDATE)
+    SQLAlchemy evaluates before a statement that does not give them (``given``: the column
+    keys it gives), in SQLAlchemy's order: the table's."""
+    out = []
+    for col in getattr(table, "columns", ()):
+        gen = col.default if isinsert else col.onupdate
+        if col.key in given or gen is None:
+            continue
+        if getattr(gen, "is_scalar", False) or getattr(gen, "is_callable", False):
+            out.append(col)
+    return out
+
+
+class StatementDefaults:
+    """Evaluates the Python defaults (INSERT) or onupdates (UPDATE) of one statement's rows
+    exactly as SQLAlchemy's execution context would (``_process_execute_defaults``), ahead
+    of it, so the write path can hash and send what the row will store.
+
+    Each row's context shows what SQLAlchemy's shows: the statement compiled for the keys
+    the rows give, its parameters as ``construct_params`` builds them for the row (the
+    WHERE clause's bound values under their compiled names, e.g. ``id_1``; each column
+    still to be evaluated as None), and every column evaluated in the compiled statement's
+    prefetch order (the table's), each seeing the ones evaluated before it. Every column
+    evaluated is returned, to be sent with the row (SQLAlchemy then evaluates none of them
+    again: the value a source's callable saw is the one stored). The statement is compiled
+    once per set of row keys; without a statement (or a dialect) the parameters are the
+    row's and ``.values()``'s values by column key (:func:`row_parameters`).
+
+    ``multi_values``: the rows are those of one multi-row VALUES list, whose first row
+    gives these keys; SQLAlchemy's context then shows each column, of every row, the
+    row's values of those keys and the column itself as None, and nothing evaluated
+    before it."""
+
+    def __init__(
+        self,
+        table: Any,
+        statement: Any,
+        stmt_values: Mapping[str, Any],
+        *,
+        isinsert: bool,
+        connection: Any = None,
+        multi_values: tuple[str, ...] | None = None,
+    ) -> None:
+        self.table = table
+        self.multi_values = multi_values
+        self.statement = statement
+        self.stmt_values = stmt_values
+        self.isinsert = isinsert
+        self.connection = connection
+        self._plans: dict[tuple[str, ...], tuple[Any, list[Column[Any]]]] = {}
+
+    def _plan(self, row: Mapping[str, Any]) -> tuple[Any, list[Column[Any]]]:
+        keys = tuple(row)
+        plan = self._plans.get(keys)
+        if plan is None:
+            dialect = getattr(self.connection, "dialect", None)
+            compiled = None
+            if self.statement is not None and dialect is not None:
+                compiled = self.statement.compile(dialect=dialect, column_keys=list(keys))
+                columns = list(
+                    compiled.insert_prefetch if self.isinsert else compiled.update_prefetch
+                )
+            else:
+                given = {*keys, *self.stmt_values}
+                columns = prefetch_columns(self.table, given, isinsert=self.isinsert)
+            plan = self._plans[keys] = (compiled, columns)
+        return plan
+
+    def evaluate(self, row: Mapping[str, Any]) -> dict[str, Any]:
+        """``{column key: value}`` of every column SQLAlchemy would evaluate for ``row``."""
+        compiled, columns = self._plan(row)
+        if not columns:
+            return {}
+        if self.multi_values is not None:
+            return self._isolated(row, columns, self.multi_values)
+        if compiled is not None:
+            params = compiled.construct_params(dict(row), escape_names=False)
+        else:
+            params = row_parameters(row, self.stmt_values)
+            for col in columns:
+                params[col.key] = None
+        context = DefaultContext(
+            params, None, isinsert=self.isinsert, connection=self.connection, shared=True
+        )
+        out = {}
+        for col in columns:
+            context.current_column = col
+            gen = col.default if self.isinsert else col.onupdate
+            value = params[col.key] = _python_value(gen, context)
+            out[col.key] = value
+        return out
+
+    def _isolated(
+        self, row: Mapping[str, Any], columns: list[Column[Any]], keys: tuple[str, ...]
+    ) -> dict[str, Any]:
+        out = {}
+        for col in columns:
+            params = {k: row[k] for k in keys if k in row}
+            params[col.key] = None
+            context = DefaultContext(
+                params, col, isinsert=self.isinsert, connection=self.connection, shared=True
+            )
+            gen = col.default if self.isinsert else col.onupdate
+            out[col.key] = _python_value(gen, context)
+        return out
+
+
+class RowDefaults:
+    """The :class:`StatementDefaults` of the statement whose rows a ``RowShards`` fills
+    (:meth:`use_statement`, :meth:`use_multi_values`; none set: built from the table)."""
+
+    def __init__(self, table: Any) -> None:
+        self.table = table
+        self.statement: Any = None
+        #: the first row's keys of the multi-row VALUES list being filled (None: not one)
+        self.multi_values: tuple[str, ...] | None = None
+        self._cached: dict[bool, StatementDefaults] = {}
+
+    def use_statement(self, statement: Any, table: Any) -> None:
+        """The single-row-VALUES INSERT or the UPDATE whose rows are filled: its defaults'
+        context shows that statement's parameters (its WHERE clause's too)."""
+        self.statement, self.table = statement, table
+        self._cached.clear()
+
+    def use_multi_values(self, first_keys: tuple[str, ...]) -> None:
+        """The rows filled next are those of one multi-row VALUES list whose first row
+        gives ``first_keys``."""
+        self.multi_values = first_keys
+        self._cached.clear()
+
+    def evaluate(
+        self,
+        row: Mapping[str, Any],
+        stmt_values: Mapping[str, Any],
+        *,
+        isinsert: bool,
+        connection: Any,
+    ) -> dict[str, Any]:
+        """Every Python default (INSERT) or onupdate (UPDATE) SQLAlchemy would evaluate
+        for ``row``, evaluated as it would."""
+        found = self._cached.get(isinsert) if self.statement is not None else None
+        if found is None:
+            found = StatementDefaults(
+                self.table,
+                self.statement,
+                stmt_values,
+                isinsert=isinsert,
+                connection=connection,
+                multi_values=self.multi_values,
+            )
+            if self.statement is not None:  # (else: a shared filler's, per connection)
+                self._cached[isinsert] = found
+        return found.evaluate(row)
+
+    def with_evaluated(
+        self,
+        row: dict[str, Any],
+        stmt_values: Mapping[str, Any],
+        *,
+        isinsert: bool,
+        connection: Any,
+    ) -> dict[str, Any]:
+        """``row`` with every value :meth:`evaluate` gives (in the order SQLAlchemy runs
+        them, each seeing what its context would), to be sent: what each saw is stored."""
+        found = self.evaluate(row, stmt_values, isinsert=isinsert, connection=connection)
+        return {**row, **{k: v for k, v in found.items() if k not in stmt_values}}
 
 
 def evaluate_default(col: Column[Any], row: Mapping[str, Any], connection: Any = None) -> Any:
