@@ -48,7 +48,14 @@ from sharded_orm.spanner import is_spanner
 
 from . import reflection
 from .backfill_io import Plan, SpannerWriter, SqlWriter
-from .backfill_walk import BackfillProgress, BackfillResult, ProgressCallback, Walk, callback_of
+from .backfill_walk import (
+    BackfillProgress,
+    BackfillResult,
+    ProgressCallback,
+    Walk,
+    callback_of,
+    mode_of,
+)
 from .markers import find_marker, spec_digest
 
 __all__ = [
@@ -181,9 +188,7 @@ def backfill_shard(
                 "partitioned DML backfill needs Spanner and algorithm='farm_fingerprint': "
                 "Spanner has no CRC32 function, so crc32 shards are computed by the client"
             )
-        return _partitioned(
-            sa_engine, plan, count, callback_of(progress), start, require_complete, deadline
-        )
+        return _partitioned(sa_engine, plan, count, progress, start, require_complete, deadline)
     writer: SpannerWriter | SqlWriter
     writer = SpannerWriter(sa_engine, plan, key_order) if spanner else SqlWriter(sa_engine, plan)
     try:
@@ -272,7 +277,7 @@ def _partitioned(
     engine: Engine,
     plan: Plan,
     count: int,
-    report: ProgressCallback | None,
+    progress: ProgressCallback | bool | Mode | None,
     start: float,
     require_complete: bool,
     deadline: float | None,
@@ -280,12 +285,15 @@ def _partitioned(
     """In Spanner: ``sharded_orm.load.backfill_server`` with ``fix_stale`` (``WHERE col IS
     NULL OR col != <expr>``), then its closing count of mismatches. Those are an error
     only where the step needs none (``require_complete``: old writers are fenced by
-    then); in an expand, rows old writers add meanwhile are theirs to leave NULL."""
+    then); in an expand, rows old writers add meanwhile are theirs to leave NULL. Its
+    progress lines are the backfill's (one statement can run for minutes: a silent
+    ``alembic upgrade`` meanwhile looked hung); a callback gets one report at the end."""
     from sharded_orm.load.backfill_server import backfill_server_side
 
+    report = callback_of(progress)
     res = backfill_server_side(
         engine, plan.table.name, plan.target.name, sources=[c.name for c in plan.sources],
-        count=count, algorithm=FARM_FINGERPRINT, fix_stale=True, progress_mode="off",
+        count=count, algorithm=FARM_FINGERPRINT, fix_stale=True, progress_mode=mode_of(progress),
         deadline=None if deadline is None else max(0.001, deadline - (time.monotonic() - start)),
     )  # fmt: skip
     if res.mismatched and require_complete:

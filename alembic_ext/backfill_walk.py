@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sharded_orm import telemetry
-from sharded_orm.progress import Mode
+from sharded_orm.progress import Mode, Progress
 from sharded_orm.progress import progress as progress_bar
 from sharded_orm.retry import Deadline, retry_call
 from sharded_orm.schema.value_codec import dumps_key
@@ -22,6 +22,9 @@ from .backfill_io import BATCH_POLICY, Plan, SpannerWriter, SqlWriter, utc
 
 #: Batches planned by one key-only read (its keys are read, every ``batch_size``-th kept).
 PLAN_BATCHES = 64
+
+#: Seconds the count of the rows to walk may take (it gives the lines their ETA).
+COUNT_TIMEOUT = 30.0
 
 
 @dataclass(frozen=True)
@@ -60,6 +63,14 @@ def callback_of(progress: object) -> ProgressCallback | None:
     return progress if callable(progress) else None
 
 
+def mode_of(progress: object) -> Mode:
+    """The :mod:`sharded_orm.progress` mode of a backfill's ``progress=`` argument: off
+    for False, None or a callback (it gets the reports instead), auto for True."""
+    if progress in (False, None) or callable(progress):
+        return "off"
+    return "auto" if progress is True else progress  # type: ignore[return-value]
+
+
 def resume_hint(table: str, column: str) -> str:
     return (
         f"Nothing filled is lost: run the step again (alembic upgrade head, or sharded-orm "
@@ -79,13 +90,11 @@ class Walk:
         self.batch_size = batch_size
         self.writer = writer
         self.callback = callback_of(progress)
-        self.mode: Mode = (
-            "off" if progress in (False, None) or self.callback is not None
-            else "auto" if progress is True else progress  # type: ignore[assignment]
-        )  # fmt: skip
+        self.mode: Mode = mode_of(progress)
         self.start = start
         self.verify = verify
         self.done = self.batches = self.verified = self.fixed = 0
+        self.count_note = ""
         self.clock = Deadline(None)
         names = [c.name for c in plan.read_cols]
         self.key_at = [names.index(c.name) for c in plan.key]
@@ -129,6 +138,8 @@ class Walk:
         after: list[Any] | None = None
         limit = 2 * self.batch_size  # a range grown by concurrent inserts takes 2+ batches
         with progress_bar(None, f"backfill {p.table.name}.{p.target.name}", mode=self.mode) as bar:
+            if bar.mode != "off":
+                self._count(bar, min(batch_timeout, COUNT_TIMEOUT, clock.remaining()))
             done = False
             while not done:
                 uppers, done = retry_call(
@@ -154,6 +165,18 @@ class Walk:
                             break
                         after = [rows[-1][i] for i in self.key_at]
 
+    def _count(self, bar: Progress, timeout: float) -> None:
+        """The rows to walk, so the lines give a percentage and an ETA (without it a long
+        fill said only rows and rate: how long was left was anyone's guess). One key-only
+        ``COUNT(*)``, a fraction of the walk, which reads and writes every row; the clock's
+        lines go on meanwhile. The count is for the lines only: one attempt within
+        ``timeout``, and on a failure the walk goes on without a total, saying so."""
+        try:
+            bar.set_total(self.writer.count_rows(timeout))
+        except Exception as e:  # noqa: BLE001 - the lines' total only; the walk goes on
+            self.count_note = f"; rows not counted ({type(e).__name__}): no ETA"
+            bar.set_detail(self.count_note.lstrip("; "))
+
     def _advance(self, rows: list[list[Any]], bar: Any) -> None:
         if not rows:  # its rows were deleted since the plan
             return
@@ -163,6 +186,7 @@ class Walk:
         self.fixed += self._stale
         self._filled = self._stale = 0
         self.batches += 1
+        bar.set_detail(f"{self.done:,} filled, {self.fixed:,} fixed{self.count_note}")
         bar.advance(len(rows))
         telemetry.progress(
             rows_done=self.done, rows_read=self.verified, rows_fixed=self.fixed,

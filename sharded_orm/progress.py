@@ -143,6 +143,7 @@ class Progress:
         self.description = description
         self.unit = unit
         self.done = 0
+        self.detail = ""
         self.interval = interval if interval is not None else default_interval()
         if not self.interval >= 0:  # 0: a line at every advance
             raise ShardConfigError(f"interval must be seconds (0 or more), got {interval!r}")
@@ -220,7 +221,7 @@ class Progress:
             rate = self.done / elapsed if elapsed > 0 else 0.0
             outcome = "failed" if exc_type is not None else "done"
             self._logger.info(
-                "%s: %s, %s %s in %s (%s %s/s)",
+                "%s: %s, %s %s in %s (%s %s/s)%s",
                 self.description,
                 outcome,
                 f"{self.done:,}",
@@ -228,9 +229,29 @@ class Progress:
                 _duration(elapsed),
                 f"{rate:,.0f}",
                 self.unit,
+                f": {self.detail}" if self.detail else "",
             )
 
     # -- updates -----------------------------------------------------------------------------
+    def set_total(self, total: int | None) -> None:
+        """The job's size, once known (a job that counts its rows after it started): one
+        line says it, and the lines from then on give the percentage and the ETA."""
+        if total is not None and (isinstance(total, bool) or not isinstance(total, int)):
+            raise ShardTypeError(f"total must be an int or None, got {total!r}")
+        with self._lock:
+            counted = total is not None and self.total is None
+            self.total = total
+            if self._bar is not None:
+                self._bar.update(self._task, total=total)
+        if counted and self.mode == "log":
+            self._logger.info("%s: %s %s in all", self.description, f"{total:,}", self.unit)
+
+    def set_detail(self, detail: str) -> None:
+        """Words added to every line from then on, and to the closing one (what the rows
+        done were: ``84 filled, 0 fixed``)."""
+        with self._lock:
+            self.detail = detail
+
     def advance(self, n: int = 1) -> None:
         """Count ``n`` more units done (from any thread)."""
         with self._lock:
@@ -259,6 +280,8 @@ class Progress:
         parts.append(f", {rate:,.0f} {self.unit}/s")
         if self.total and rate > 0:
             parts.append(f", ETA {_duration(max(0, self.total - self.done) / rate)}")
+        if self.detail:
+            parts.append(f" ({self.detail})")
         return "".join(parts)
 
 
