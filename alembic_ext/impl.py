@@ -44,7 +44,6 @@ import sqlalchemy as sa
 from alembic.ddl.impl import DefaultImpl
 from sqlalchemy import event
 from sqlalchemy.engine import Connection, Dialect
-from sqlalchemy.schema import ExecutableDDLElement
 
 from sharded_orm.checks import quote_identifier
 from sharded_orm.limits import ddl_batches
@@ -63,6 +62,7 @@ from .commit import (
 )
 from .comparing import SpannerComparisons
 from .errors import MigrationError
+from .idempotent import idempotent_sql, is_ddl
 from .impl_guard import app_impl
 from .render import chain_render_item
 from .schema_change import SchemaChangeBusy, SchemaChangeTimeout, apply_ddl, ddl_timeouts
@@ -87,18 +87,6 @@ warnings.filterwarnings(
 #: ``Config.attributes`` key: called with the list of statements of each DDL batch sent.
 DDL_BATCH_ATTRIBUTE = "sharded_orm.on_ddl_batch"
 
-_DDL = re.compile(r"^\s*(CREATE|ALTER|DROP)\b", re.IGNORECASE)
-#: (pattern, replacement) making a statement a no-op when already applied.
-_IDEMPOTENT = [
-    (re.compile(r"^(\s*CREATE\s+TABLE\s+)(?!IF\s)", re.I), r"\1IF NOT EXISTS "),
-    (
-        re.compile(r"^(\s*CREATE\s+(?:UNIQUE\s+)?(?:NULL_FILTERED\s+)?INDEX\s+)(?!IF\s)", re.I),
-        r"\1IF NOT EXISTS ",
-    ),
-    (re.compile(r"^(\s*DROP\s+(?:TABLE|INDEX)\s+)(?!IF\s)", re.I), r"\1IF EXISTS "),
-    (re.compile(r"^(\s*ALTER\s+TABLE\s+\S+\s+ADD\s+COLUMN\s+)(?!IF\s)", re.I), r"\1IF NOT EXISTS "),
-]
-
 
 def _info_signature(info: reflection.IndexInfo) -> dict[str, Any]:
     return {
@@ -108,19 +96,6 @@ def _info_signature(info: reflection.IndexInfo) -> dict[str, Any]:
         "null_filtered": info.null_filtered,
         "interleave_in": info.interleave_in,
     }
-
-
-def idempotent_sql(sql: str) -> str:
-    """``sql`` with Spanner's ``IF [NOT] EXISTS`` where the statement kind has one."""
-    for pattern, repl in _IDEMPOTENT:
-        sql = pattern.sub(repl, sql, count=1)
-    return sql
-
-
-def _is_ddl(construct: Any) -> bool:
-    if isinstance(construct, ExecutableDDLElement):
-        return True
-    return isinstance(construct, sa.TextClause) and bool(_DDL.match(construct.text))
 
 
 def _quiet_autocommit(connection: Connection) -> None:
@@ -179,6 +154,10 @@ class SpannerImpl(SpannerComparisons, DefaultImpl):
         if connection is not None and not as_sql:
             watch_writes(connection, self)
 
+    def version_table_impl(self, **kw: Any) -> sa.Table:
+        self._version_table = super().version_table_impl(**kw)
+        return self._version_table
+
     # -- batching
 
     def start_migrations(self) -> None:
@@ -191,6 +170,11 @@ class SpannerImpl(SpannerComparisons, DefaultImpl):
         super().start_migrations()
         if self.as_sql or self.connection is None or self._migrating:
             return
+        version = self._version_table
+        if version is not None and not sa.inspect(self.connection).has_table(
+            version.name, schema=version.schema
+        ):  # created here, where a busy database is waited for, not by the DB-API at commit
+            self._exec(sa.schema.CreateTable(version))
         self._migrating = self._batching = True
         impl = weakref.ref(self)
 
@@ -286,7 +270,7 @@ class SpannerImpl(SpannerComparisons, DefaultImpl):
     def _exec(self, construct: Any, *args: Any, **kw: Any) -> Any:
         if isinstance(construct, str):
             construct = sa.text(construct)
-        if _is_ddl(construct):
+        if is_ddl(construct):
             sql = idempotent_sql(str(construct.compile(dialect=self.dialect)).strip())
             if self.as_sql:
                 self.static_output(sql.replace("\t", "    ") + self.command_terminator)

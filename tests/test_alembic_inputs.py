@@ -23,7 +23,7 @@ from alembic_project import Project, body
 from alembic_ext import backfill_shard
 from alembic_ext.backfill import BackfillIncomplete
 from alembic_ext.errors import MigrationError
-from alembic_ext.impl import idempotent_sql
+from alembic_ext.idempotent import idempotent_sql
 from sharded_orm import ShardConfigError, ShardTypeError, UTCDateTime, compute_shard, shard_column
 
 # the fixtures write as programs that do not use the library do: raw SQL, on purpose

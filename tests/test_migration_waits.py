@@ -297,3 +297,32 @@ def test_a_database_busy_past_the_deadline_gives_one_clear_error(
     spanner_faults.clear()  # the writer stopped: the rerun applies it
     proj.upgrade()
     assert _state(database) == ([second], ["EventsByKind"])
+
+
+@pytest.mark.emulator
+def test_the_first_command_on_a_busy_database_waits_to_create_alembic_version(
+    tmp_path: Path,
+    spanner_emulator: Any,
+    spanner_faults: Any,
+    monkeypatch: Any,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Alembic creates ``alembic_version`` through the connection, so the DB-API sent its
+    CREATE TABLE at its own commit, outside the impl's wait: the first command on a new
+    database failed whenever the app was writing (a raw FailedPrecondition). It is now
+    created by the impl before the migrations run, where a busy database is waited for."""
+    db = spanner_emulator.create_database()
+    proj = Project(tmp_path, spanner_emulator.url(db))
+    proj.cfg.attributes["target_metadata"] = None
+    first = proj.hand_written("table", """
+        op.create_table("Events", sa.Column("Id", sa.String(36), primary_key=True))
+    """)  # fmt: skip
+    monkeypatch.setenv("SPANNER_EMULATOR_HOST", spanner_faults.host)  # env.py's engine
+    spanner_faults.fail("UpdateDatabaseDdl", "FAILED_PRECONDITION", times=2, message=BUSY)
+    with caplog.at_level(logging.INFO, logger=LOGGER):
+        proj.upgrade()
+    waits = [r.getMessage() for r in caplog.records if r.name == LOGGER]
+    assert any("schema change waiting" in w and "alembic_version" in w for w in waits), waits
+    with spanner_emulator.database(db).snapshot() as snap:
+        versions = [r[0] for r in snap.execute_sql("SELECT version_num FROM alembic_version")]
+    assert versions == [first]

@@ -210,7 +210,25 @@ def big_mock(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[sa.Engine, Any]]
         options=[("grpc.max_receive_message_length", size)],
     )
     admin = DatabaseAdminServicer()  # type: ignore[no-untyped-call]
-    add_SpannerServicer_to_server(SpannerServicer(), server)  # type: ignore[no-untyped-call]
+    spanner_svc = SpannerServicer()  # type: ignore[no-untyped-call]
+    add_SpannerServicer_to_server(spanner_svc, server)  # type: ignore[no-untyped-call]
+    # alembic_version exists (the impl looks before the migrations run)
+    from google.cloud.spanner_v1.types import result_set
+    from google.cloud.spanner_v1.types import type as spanner_type
+
+    bool_column = spanner_type.StructType.Field(
+        name="", type_=spanner_type.Type(code=spanner_type.TypeCode.BOOL)
+    )
+    spanner_svc.mock_spanner.add_result(
+        "SELECT true FROM information_schema.tables WHERE table_schema = @schema "
+        "AND table_name = @name LIMIT 1",
+        result_set.ResultSet(
+            metadata=result_set.ResultSetMetadata(
+                row_type=spanner_type.StructType(fields=[bool_column])
+            ),
+            rows=[[True]],
+        ),
+    )
     add_DatabaseAdminServicer_to_server(admin, server)  # type: ignore[no-untyped-call]
     port = server.add_insecure_port("127.0.0.1:0")
     server.start()
