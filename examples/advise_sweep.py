@@ -141,7 +141,9 @@ def compare(
     """``advise`` and the sweep; ``cache``: a JSON file keeping simulated peaks between runs."""
     import json
 
-    advice = advise(sc.model, sc.workload, instance=sc.instance, candidates=candidates)
+    advice = advise(
+        sc.model, sc.workload, instance=sc.instance, candidates=candidates, full_curve=True
+    )
     known = json.loads(cache.read_text()) if cache and cache.exists() else {}
     simulated = {}
     for n in candidates:
@@ -164,7 +166,9 @@ def draw(out: Path) -> None:
 
     out.mkdir(parents=True, exist_ok=True)
     sc = scenarios()["2 company 100x"]
-    advise(sc.model, sc.workload, instance=sc.instance).plot(out / "advise_curve.png")
+    advise(sc.model, sc.workload, instance=sc.instance, full_curve=True).plot(
+        out / "advise_curve.png"
+    )
     w = Workload(rows_per_second=6000, duration=300, tenants=3, tenant_weights=(1, 3, 1))
     inst = Instance(nodes=6)
     rows = simulate(h.NaiveLogEntry, w, inst, progress_mode="off").hot_split_rows()

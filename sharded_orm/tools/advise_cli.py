@@ -82,6 +82,7 @@ def cmd_advise(args: argparse.Namespace) -> int:
         instance=instance, target=args.target_writes, k=args.k, page_size=args.page_size,
         pages=args.pages, rows_per_second=args.sample_rate,
         shard_on=_names(args.shard_on) if args.shard_on is not None else None, index=args.index,
+        full_curve=args.full_curve,
     )  # fmt: skip
     if args.plot:
         advice.plot(args.plot)
@@ -154,6 +155,12 @@ def add_advise(sub: Any) -> None:
     p.add_argument("--k", type=int, default=100, help="the newest-k read's k")
     p.add_argument("--page-size", type=int, default=50, help="the page walk's page size")
     p.add_argument("--pages", type=int, default=3, help="pages walked")
+    p.add_argument(
+        "--full-curve",
+        action="store_true",
+        help="run the page walk at every count, for the whole curve (slower; by default it "
+        "runs only where the count can be the answer, and the others show the least they cost)",
+    )
     p.add_argument("--nodes", type=int, default=3, help="nodes of the modelled instance")
     p.add_argument("--node-capacity", type=float, default=3500.0, help="writes/s per node")
     p.add_argument("--tick", type=float, default=10.0, help="seconds per time step of the model")

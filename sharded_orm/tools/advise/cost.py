@@ -12,6 +12,13 @@ entries read) are the cost, by the rule ``sharded_orm.read.merge`` applies. A st
 priced at ``SINGLE_STATEMENT_READS`` index entries (the figure that rule weighs a second
 statement against). On Spanner the two rounds of a read are one statement where SQLite
 sends two: the entries read are the same.
+
+The newest-``k`` read is run at every count; the page walk only where the count can still
+be the answer. A walk sends a statement per page at the least, at any count (the pages it
+reads are the same at every count: the merge is exact), so the newest read's cost plus
+those statements is a floor under a count's cost; a count whose floor is above the cost of
+the answer found is not walked (``Point.exact`` False: its figures are that floor). The
+answer and its stated cost are the ones walking every count gives.
 """
 
 from __future__ import annotations
@@ -52,21 +59,32 @@ class Point:
     newest_rows_read: int
     page_statements: int
     page_rows_read: int
+    #: False: the page walk was not run (this count cannot be the answer: see the module's
+    #: docstring); its figures are then the least it can cost (``page_statements`` one per
+    #: page, ``page_rows_read`` 0), and so are ``statements``, ``server_rows_read`` and
+    #: ``read_cost``
+    exact: bool = True
 
     @property
     def read_cost(self) -> float:
-        """Index entries read, each statement priced at ``SINGLE_STATEMENT_READS``."""
+        """Index entries read, each statement priced at ``SINGLE_STATEMENT_READS`` (where
+        not ``exact``: the least it can be)."""
         return float(self.server_rows_read + SINGLE_STATEMENT_READS * self.statements)
 
     def as_dict(self) -> dict[str, Any]:
+        exact = self.exact
         return {
             "count": self.count,
             "peak_split_writes_per_second": round(self.peak_split_writes, 1),
-            "statements": self.statements,
-            "server_rows_read": self.server_rows_read,
+            "statements": self.statements if exact else None,
+            "server_rows_read": self.server_rows_read if exact else None,
             "newest": {"statements": self.newest_statements, "rows_read": self.newest_rows_read},
-            "pages": {"statements": self.page_statements, "rows_read": self.page_rows_read},
-            "read_cost": self.read_cost,
+            "pages": {
+                "statements": self.page_statements if exact else None,
+                "rows_read": self.page_rows_read if exact else None,
+            },
+            "read_cost": self.read_cost if exact else None,
+            "read_cost_at_least": self.read_cost,
         }
 
 
@@ -130,34 +148,71 @@ def peak_split(
     return peak
 
 
+class Reads:
+    """The sample's rows read by ``merged()`` at one count: the table with ``count`` shards
+    in an in-memory SQLite database, loaded once; :meth:`newest` and :meth:`walk` price the
+    two reads on it (a context manager: the database goes with it)."""
+
+    def __init__(self, layout: Layout, sample: Sample, count: int, tenant: Any = None) -> None:
+        table = layout.variant(count)
+        rows = sample.rows
+        if tenant is not None and layout.tenant is not None:
+            rows = [r for r in rows if r[layout.tenant] == tenant]
+        rows = rows[-READ_ROWS:]  # the newest: what the reads see (the sample is oldest first)
+        #: rows the reads can see (how many pages a walk reads does not depend on the count)
+        self.rows = len(rows)
+        self._engine = sa.create_engine("sqlite://")
+        try:
+            table.metadata.create_all(self._engine)
+            with self._engine.begin() as conn:
+                conn.execute(table.insert(), rows)
+        except BaseException:
+            self._engine.dispose()
+            raise
+        stmt = sharded_select(table, index=layout.index)
+        if tenant is not None and layout.tenant is not None:
+            stmt = stmt.where(table.c[layout.tenant] == tenant)
+        self._stmt = stmt
+
+    def __enter__(self) -> Reads:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._engine.dispose()
+
+    def newest(self, k: int) -> MergeStats:
+        """The newest-``k`` read's stats."""
+        stats = MergeStats()
+        with self._engine.connect() as conn:
+            merged(conn, self._stmt, k, stats=stats)
+        return stats
+
+    def walk(self, page_size: int, pages: int) -> MergeStats:
+        """The walk of ``pages`` pages of ``page_size``, each after the last row of the one
+        before (it stops at a short page), as one stats."""
+        stats = MergeStats()
+        after: Sequence[Any] | None = None
+        order = [c for c, _ in order_columns(self._stmt)]
+        with self._engine.connect() as conn:
+            for _ in range(pages):
+                got = merged(conn, self._stmt, page_size, after=after, stats=stats)
+                if len(got) < page_size:
+                    break
+                after = [getattr(got[-1], c.key) for c in order]
+        return stats
+
+
+def walk_statements(rows: int, page_size: int, pages: int) -> int:
+    """Statements a walk over ``rows`` rows sends at the least, at any count: one per page
+    it reads (every ``merged()`` sends one at least), and it reads a page more while the
+    pages are full. The rows are the same at every count (the merge is exact): so is this."""
+    return min(pages, rows // page_size + 1)
+
+
 def read_cost(
     layout: Layout, sample: Sample, count: int, *, k: int, page_size: int, pages: int,
     tenant: Any = None,
 ) -> tuple[MergeStats, MergeStats]:  # fmt: skip
     """Run the reads on the sample with ``count`` shards: (newest-k stats, page walk stats)."""
-    table = layout.variant(count)
-    engine = sa.create_engine("sqlite://")
-    try:
-        table.metadata.create_all(engine)
-        rows = sample.rows
-        if tenant is not None and layout.tenant is not None:
-            rows = [r for r in rows if r[layout.tenant] == tenant]
-        rows = rows[-READ_ROWS:]  # the newest: what the reads see (the sample is oldest first)
-        with engine.begin() as conn:
-            conn.execute(table.insert(), rows)
-        stmt = sharded_select(table, index=layout.index)
-        if tenant is not None and layout.tenant is not None:
-            stmt = stmt.where(table.c[layout.tenant] == tenant)
-        newest, walk = MergeStats(), MergeStats()
-        with engine.connect() as conn:
-            merged(conn, stmt, k, stats=newest)
-            after: Sequence[Any] | None = None
-            order = [c for c, _ in order_columns(stmt)]
-            for _ in range(pages):
-                got = merged(conn, stmt, page_size, after=after, stats=walk)
-                if len(got) < page_size:
-                    break
-                after = [getattr(got[-1], c.key) for c in order]
-    finally:
-        engine.dispose()
-    return newest, walk
+    with Reads(layout, sample, count, tenant) as reads:
+        return reads.newest(k), reads.walk(page_size, pages)

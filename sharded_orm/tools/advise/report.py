@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from sharded_orm.checks import check_positive_int
 from sharded_orm.errors import ShardConfigError, ShardTypeError
-from sharded_orm.tools.advise.cost import Point, busiest_tenant, peak_split, read_cost
+from sharded_orm.progress import progress
+from sharded_orm.read.branches import SINGLE_STATEMENT_READS
+from sharded_orm.read.stats import MergeStats
+from sharded_orm.tools.advise.cost import Point, Reads, busiest_tenant, peak_split, walk_statements
 from sharded_orm.tools.advise.layout import Layout, layout_of
 from sharded_orm.tools.advise.sample import Sample, from_csv, from_engine, from_rows, from_workload
 
@@ -112,16 +116,24 @@ class Advice:
             bar = bar[:10] + "#" + bar[11:] if len(bar) > 10 else bar
             ok = "yes" if p.peak_split_writes <= self.target else "no"
             star = " <- recommended" if best is not None and p is best else ""
+            at_least = "" if p.exact else ">="
             lines.append(
                 f"{p.count:>5} {p.peak_split_writes:>18,.0f} {self.share(p):>6.1%} {ok:>5} "
-                f"{p.statements:>10} "
-                f"{p.server_rows_read:>9} {p.read_cost:>9,.0f}  {bar.rstrip()}{star}"
+                f"{at_least + str(p.statements):>10} "
+                f"{at_least + str(p.server_rows_read):>9} "
+                f"{at_least + f'{p.read_cost:,.0f}':>9}  {bar.rstrip()}{star}"
             )
         lines.append(
             "read cost = index entries read + 1024 per statement (the merge's cost rule, "
             "SINGLE_STATEMENT_READS); busiest split = the busiest tail's writes/s, share = "
             "its part of the table's writes"
         )
+        if not all(p.exact for p in self.points):
+            lines.append(
+                ">= : the page walk was not run at that count (it cannot be the answer: it "
+                "meets no target, or its newest read and a statement per page already cost "
+                "more); the figures are the least it costs (--full-curve runs every walk)"
+            )
         if best is None:
             lines.append(
                 f"no candidate up to {max(p.count for p in self.points)} meets the target: "
@@ -190,6 +202,7 @@ def advise(
     sample_size: int = 20_000,
     shard_on: Any = None,
     index: str | None = None,
+    full_curve: bool = False,
 ) -> Advice:
     """Price each candidate shard count of ``model``'s shard column from ``sample``.
 
@@ -205,6 +218,11 @@ def advise(
     that grows (``index=``: name it where several do) led by a shard column over its
     growing part and the tenant parts before it (``shard_on=``: the columns to hash
     instead). ``Advice.model_line`` is then the ``shard_column(...)`` to declare.
+
+    The page walk is run only at the counts that can be the answer (``Point.exact``; see
+    :mod:`.cost`): ``full_curve=True`` runs it at every count, for the whole curve. It
+    reports its progress through :mod:`sharded_orm.progress` (a line every few seconds in
+    a log, a bar on a terminal).
     """
     from sharded_orm.tools.simulate import Instance
 
@@ -227,19 +245,53 @@ def advise(
     who = tenant if tenant is not None else busiest_tenant(layout, data)
     advice = Advice(layout, data, float(limit), who, k, page_size, pages)
     splits = inst.initial_splits_per_node * inst.nodes
+    peaks = {n: peak_split(layout, data, n, inst.tick, splits, float(limit)) for n in counts}
+    newest: dict[int, MergeStats] = {}
+    walks: dict[int, MergeStats] = {}
+    # a line every few seconds while it works (a bar on a terminal): one plan per read
+    with progress(2 * len(counts), "advise: pricing reads", unit="read plans") as bar:
+        rows = 0
+        for n in counts:
+            with Reads(layout, data, n, who) as reads:
+                newest[n] = reads.newest(k)
+                rows = reads.rows
+            bar.advance()
+        # the floor under each count's cost: its newest read, and a statement per page
+        least = SINGLE_STATEMENT_READS * walk_statements(rows, page_size, pages)
+        floor = {n: _cost(newest[n]) + least for n in counts}
+        best: tuple[float, int] | None = None
+        order = counts if full_curve else sorted(
+            (n for n in counts if peaks[n] <= limit), key=lambda n: (floor[n], n)
+        )  # fmt: skip
+        for n in order:
+            if not full_curve and best is not None and (floor[n], n) > best:
+                break  # neither it nor any after it can cost less than the answer found
+            with Reads(layout, data, n, who) as reads:
+                walks[n] = reads.walk(page_size, pages)
+            bar.advance()
+            if peaks[n] <= limit:
+                best = min(best or (math.inf, n), (_cost(newest[n]) + _cost(walks[n]), n))
+        bar.advance(len(counts) - len(walks))  # the walks not needed
     for n in counts:
-        newest, walk = read_cost(layout, data, n, k=k, page_size=page_size, pages=pages,
-                                 tenant=who)  # fmt: skip
+        one, walk = newest[n], walks.get(n)
+        page_statements = walk.statements if walk else least // SINGLE_STATEMENT_READS
+        page_rows = walk.server_rows_read if walk else 0
         advice.points.append(
             Point(
                 n,
-                peak_split(layout, data, n, inst.tick, splits, float(limit)),
-                newest.statements + walk.statements,
-                newest.server_rows_read + walk.server_rows_read,
-                newest.statements,
-                newest.server_rows_read,
-                walk.statements,
-                walk.server_rows_read,
+                peaks[n],
+                one.statements + page_statements,
+                one.server_rows_read + page_rows,
+                one.statements,
+                one.server_rows_read,
+                page_statements,
+                page_rows,
+                exact=walk is not None,
             )  # fmt: skip
         )
     return advice
+
+
+def _cost(stats: MergeStats) -> float:
+    """A read's cost by the rule ``Point.read_cost`` applies."""
+    return float(stats.server_rows_read + SINGLE_STATEMENT_READS * stats.statements)
