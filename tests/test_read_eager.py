@@ -208,12 +208,31 @@ def check(session: Session, ev: Any, *options: Any, k: int = 10, size: int = 7) 
     session.expunge_all()
 
 
-@pytest.fixture()
-def session(engine: sa.Engine) -> Iterator[Session]:
-    Rows.metadata.create_all(engine)
-    with engine.begin() as conn:
+@pytest.fixture(
+    scope="module", params=["sqlite", pytest.param("spanner", marks=pytest.mark.emulator)]
+)
+def filled(request: pytest.FixtureRequest) -> Iterator[sa.Engine]:
+    """The rows, written once a module: every test here only reads (on the emulator a
+    fill is a few hundred DML statements in one transaction, about 30 s)."""
+    emulator, database = None, ""
+    if request.param == "sqlite":
+        eng = sa.create_engine("sqlite://")
+    else:
+        emulator = request.getfixturevalue("spanner_emulator")
+        database = emulator.create_database()
+        eng = emulator.engine(database)
+    Rows.metadata.create_all(eng)
+    with eng.begin() as conn:
         fill(conn)
-    with Session(engine) as s:
+    yield eng
+    eng.dispose()
+    if emulator is not None:
+        emulator.drop_database(database)
+
+
+@pytest.fixture()
+def session(filled: sa.Engine) -> Iterator[Session]:
+    with Session(filled) as s:
         yield s
 
 
