@@ -18,6 +18,8 @@ wait logged to ``alembic.sharded_orm``.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import logging
 import re
 import time
@@ -55,8 +57,15 @@ _READ = re.compile(r"^\s*(?:@\{[^}]*\}\s*)?\(*\s*(?:SELECT|WITH)\b", re.IGNORECA
 _log = logging.getLogger(PROGRESS_LOGGER)
 
 
-def commit_timeout(attributes: dict[str, Any]) -> float:
-    value = attributes.get(COMMIT_TIMEOUT_ATTRIBUTE, DEFAULT_COMMIT_TIMEOUT)
+def commit_timeout(attributes: dict[str, Any], dialect: Any = None) -> float:
+    """The seconds a migration's own commit may take: ``config.attributes``' setting, else
+    the engine's commit deadline (``sqlalchemy.commit_timeout`` in alembic.ini, on the
+    library's dialect), else ``DEFAULT_COMMIT_TIMEOUT``. One deadline for a commit."""
+    value = attributes.get(COMMIT_TIMEOUT_ATTRIBUTE)
+    if value is None:
+        engine_limit: Any = getattr(dialect, "commit_timeout", None)
+        ok = isinstance(engine_limit, (int, float)) and not isinstance(engine_limit, bool)
+        value = engine_limit if ok and engine_limit > 0 else DEFAULT_COMMIT_TIMEOUT
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1e9:
         raise MigrationError(
             f"config.attributes[{COMMIT_TIMEOUT_ATTRIBUTE!r}] must be a positive number of "
@@ -138,16 +147,25 @@ def run_alone(
     backoff = Backoff()
     while True:
         result: list[T] = []
+        begun: list[Any] = []
+
+        def tracked(transaction: Any, begun: list[Any] = begun) -> T:
+            begun.append(transaction)
+            return work(transaction)
 
         def attempt(result: list[T] = result) -> None:
             # timeout_secs=0: one attempt; the client's own retry (2**n s waits) is ours
-            result.append(database.run_in_transaction(work, timeout_secs=0))
+            result.append(database.run_in_transaction(tracked, timeout_secs=0))
 
         try:
             done = finished_within(attempt, max(0.001, end - time.monotonic()))
         except Exception as exc:
             if not is_aborted(exc):
                 raise
+            # ended on our side too: an ABORTED that did not come from the server (a proxy,
+            # a client-side abort) would otherwise leave its locks until the server's idle
+            # timeout, and the emulator aborts every transaction after it meanwhile
+            finished_within(functools.partial(_roll_back, begun), 5.0)
             now = time.monotonic()
             delay = min(backoff.next_delay(), end - now - 0.05)  # one last try before the end
             if delay <= 0:
@@ -173,6 +191,12 @@ def run_alone(
                 f"config.attributes[{COMMIT_TIMEOUT_ATTRIBUTE!r}] sets this limit."
             )
         return result[0]
+
+
+def _roll_back(transactions: list[Any]) -> None:
+    for transaction in transactions:
+        with contextlib.suppress(Exception):  # already gone on the server: nothing to end
+            transaction.rollback()
 
 
 def write_revision(

@@ -254,7 +254,8 @@ class SpannerImpl(SpannerComparisons, DefaultImpl):
         driver: Any = self.connection.connection.driver_connection
         if driver is not None and not driver.autocommit and self.connection.in_transaction():
             self._writes_pending = False  # committed, or failed: ended either way
-            commit_within(driver.commit, commit_timeout(self._attributes()), driver, when=when)
+            seconds = commit_timeout(self._attributes(), self.dialect)
+            commit_within(driver.commit, seconds, driver, when=when)
 
     @staticmethod
     def _attributes() -> dict[str, Any]:
@@ -287,7 +288,7 @@ class SpannerImpl(SpannerComparisons, DefaultImpl):
         if is_version and isinstance(construct, (sa.Update, sa.Insert, sa.Delete)):
             from_, to_ = version_change(construct, str(construct.compile(dialect=self.dialect)))
             if not self.as_sql and revision_alone(self.connection, self._writes_pending):
-                seconds = commit_timeout(self._attributes())
+                seconds = commit_timeout(self._attributes(), self.dialect)
                 found = write_revision_on(self.connection, table, from_, to_, seconds=seconds)
                 return SimpleNamespace(rowcount=found)  # what Alembic reads of a result
             if not isinstance(construct, sa.Update):
