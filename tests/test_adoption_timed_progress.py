@@ -191,3 +191,39 @@ def test_a_partitioned_dml_backfill_is_not_silent(spanner_engine: Any) -> None:
             algorithm="farm_fingerprint", engine="partitioned_dml", progress=reports.append,
         )  # fmt: skip
     assert lines == [] and len(reports) == 1
+
+
+@pytest.mark.emulator
+def test_a_copy_reports_a_total_and_time_left(spanner_engine: sa.Engine) -> None:
+    """copy_table (the key reshard's copy inside `alembic upgrade`) counts the rows it
+    copies first, as the backfill does: its lines give the share done and the time left
+    (they gave only rows and rate: ``progress(None, ...)``)."""
+    from sqlalchemy.orm import DeclarativeBase
+
+    from sharded_orm import shard_column
+    from sharded_orm.load.bulk import bulk_load
+    from sharded_orm.load.copy import copy_table
+
+    class Base(DeclarativeBase):
+        pass
+
+    class Old(Base):
+        __tablename__ = "CopyOld"
+        k = sa.Column(sa.String(20), primary_key=True)
+        a = sa.Column(sa.Integer, nullable=False)
+
+    class New(Base):
+        __tablename__ = "CopyNew"
+        shard = shard_column("k", count=8, name="Shard", primary_key=True, sort_order=-10)
+        k = sa.Column(sa.String(20), primary_key=True)
+        a = sa.Column(sa.Integer, nullable=False)
+
+    Base.metadata.create_all(spanner_engine)
+    rows = 120
+    bulk_load(spanner_engine, Old, [{"k": f"k{i:04}", "a": i} for i in range(rows)],
+              progress=False, workers=1)  # fmt: skip
+    with progress_lines() as lines:
+        result = copy_table(spanner_engine, Old, New, batch_size=25, progress_mode="log")
+    assert result.rows == rows
+    assert any(f"{rows} rows in all" in line for line in lines), lines
+    assert any(f"/ {rows} rows (" in line and "ETA" in line for line in lines), lines

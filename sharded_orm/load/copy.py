@@ -110,6 +110,15 @@ def _timed(conn: Any, seconds: float) -> Any:
     return conn.execution_options(timeout=seconds)
 
 
+def _count_rows(bind: Any, table: sa.Table, seconds: float) -> int | None:
+    """The table's rows (one COUNT(*), one attempt), or None: it only feeds progress lines."""
+    try:
+        with connect(bind) as conn:
+            return int(_timed(conn, seconds).scalar(sa.select(sa.func.count()).select_from(table)))
+    except sa.exc.SQLAlchemyError:
+        return None
+
+
 def _write(
     bind: Any, stmt: Any, params: Any, policy: RetryPolicy, clock: Deadline | None, what: str
 ) -> None:
@@ -227,6 +236,8 @@ def copy_table(
             progress(None, f"copy {src.name} -> {dst.name}", mode=progress_mode) as bar,
             operation("copy", bind, dst.name, source=src.name, resumed=resumed) as traced,
         ):
+            if not resumed:  # the rows to copy: each line then has a percentage and time left
+                bar.set_total(_count_rows(bind, src, min(30.0, call_timeout)))
             while last:
                 found = retry_call(
                     functools.partial(read_batch, after, last[0]), policy,
