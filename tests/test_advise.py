@@ -202,12 +202,20 @@ def test_cli_text_json_plot_and_exit_codes(
     capsys.readouterr()
 
 
+HOT_HASHING_NO_COLUMN = (
+    *("advise", "models:Hot", "--rows-per-second", "10", "--duration", "60"),
+    *("--shard-on", "Nope"),
+)
+
+
 @pytest.mark.slow  # subprocesses
 @pytest.mark.parametrize(
     ("argv", "words"),
     [
         (("advise", "models:Sharded"), ("give a sample",)),
-        (("advise", "models:Hot", "--rows-per-second", "10", "--duration", "60"), ("no shard",)),
+        # a table with no shard column is sized now (tests/test_advise_unsharded.py); a
+        # column to hash it does not have is refused
+        (HOT_HASHING_NO_COLUMN, ("no column 'Nope'",)),
         (("advise", "adv:Log", "--csv", "missing.csv"), ("missing.csv",)),
         (("advise", "adv:Log", "--csv", "garbage.db"), ("garbage.db",)),
         (("advise", "adv:Log", "--csv", "a_directory"), ("a_directory",)),
