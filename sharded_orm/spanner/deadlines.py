@@ -226,6 +226,13 @@ class DeadlineConnection(_Bounded):
         return None if database is None else _BoundedDatabase(database, self._options)
 
 
+def _what_failed(e: Exception, seconds: float | None, lost_detail: str = "") -> str:
+    """What happened to a statement that failed with ``e`` (one of ``_READ_FAILURES``)."""
+    if isinstance(e, _api.DeadlineExceeded | _api.RetryError) and seconds is not None:
+        return f"did not finish within its deadline of {seconds:g} s"
+    return f"lost its connection to Spanner {lost_detail}".rstrip()
+
+
 @contextmanager
 def read_errors(seconds: float | None) -> Iterator[None]:
     """Raise a read's missed deadline or lost stream as a DB-API ``OperationalError``
@@ -233,10 +240,7 @@ def read_errors(seconds: float | None) -> Iterator[None]:
     try:
         yield
     except _READ_FAILURES as e:
-        if isinstance(e, _api.DeadlineExceeded | _api.RetryError) and seconds is not None:
-            what = f"did not finish within its deadline of {seconds:g} s"
-        else:
-            what = "lost its connection to Spanner (the stream could not be resumed)"
+        what = _what_failed(e, seconds, "(the stream could not be resumed)")
         raise _dbapi.OperationalError(
             f"the statement {what}: {getattr(e, 'message', None) or e}. A read changed "
             "nothing and can be retried; raise the deadline with "
@@ -251,10 +255,7 @@ def write_errors(seconds: float | None) -> Iterator[None]:
     try:
         yield
     except _READ_FAILURES as e:
-        if isinstance(e, _api.DeadlineExceeded | _api.RetryError) and seconds is not None:
-            what = f"did not finish within its deadline of {seconds:g} s"
-        else:
-            what = "lost its connection to Spanner"
+        what = _what_failed(e, seconds)
         raise _dbapi.OperationalError(
             f"the write (DML) {what}: {getattr(e, 'message', None) or e}. Nothing of it is "
             "committed, but its transaction may hold part of it: roll the transaction back "
