@@ -18,6 +18,7 @@ import sqlalchemy as sa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from sqlalchemy.orm import DeclarativeBase, mapped_column
+from test_write_limits import STEPS, Sent
 
 from sharded_orm import bulk_load, shard_column
 from sharded_orm.limits import (
@@ -42,8 +43,6 @@ KEY_COLUMNS: list[tuple[str, Any]] = [
     ("K2", sa.Date()),
 ]
 D0 = dt.date(2026, 1, 1)
-#: where a size sits against its limit: one under, at, one over, ten times
-STEPS = [-1, 0, 1, pytest.param("10x", marks=pytest.mark.slow, id="10x")]
 
 
 def _size(limit: int, step: Any) -> int:
@@ -84,32 +83,6 @@ def pair(n: int, wide: int = 0, tag: str = "") -> tuple[Any, Any, sa.MetaData]:
     )
     new = type(f"Bl{tag}{n}New", (Base,), new_attrs)
     return old, new, Base.metadata
-
-
-class Sent:
-    """The statements an engine sends, with their parameter counts."""
-
-    def __init__(self, engine: sa.Engine) -> None:
-        self.engine = engine
-        self.seen: list[tuple[str, int]] = []
-        sa.event.listen(engine, "before_cursor_execute", self._record)
-
-    def _record(
-        self, conn: Any, cursor: Any, statement: str, params: Any, context: Any, many: bool
-    ) -> None:
-        count = len(params[0]) if many and params else len(params or ())
-        self.seen.append((statement, count))
-
-    def close(self) -> None:
-        sa.event.remove(self.engine, "before_cursor_execute", self._record)
-
-    def selects(self, table: str) -> list[int]:
-        quoted = (f"`{table}`", f'"{table}"')
-        return [
-            c
-            for s, c in self.seen
-            if s.lstrip().upper().startswith("SELECT") and any(q in s for q in quoted)
-        ]
 
 
 @pytest.fixture
@@ -225,7 +198,7 @@ def test_read_keys_reads_exactly_the_keys_asked(
     assert len(found) == len(asked)
     by_a = {row["A"] for row in found.values()}
     assert by_a == {f"a{i}" for i in range(0, stored, 2)[:keys]}
-    reads = sent.selects(old.__tablename__)
+    reads = sent.matching("SELECT", old.__tablename__)
     with engine.connect() as c:
         most = parameter_limit(engine.dialect, c.connection.driver_connection)
     assert most is not None and reads and max(reads) <= most
