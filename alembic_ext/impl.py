@@ -61,6 +61,7 @@ from .commit import (
     write_revision_on,
 )
 from .comparing import SpannerComparisons
+from .data_errors import report_aborted_statements
 from .errors import MigrationError
 from .idempotent import idempotent_sql, is_ddl
 from .impl_guard import app_impl
@@ -153,6 +154,7 @@ class SpannerImpl(SpannerComparisons, DefaultImpl):
         self._writes_pending = connection is not None and not as_sql and connection.in_transaction()
         if connection is not None and not as_sql:
             watch_writes(connection, self)
+            report_aborted_statements(connection)  # an aborted data statement: FAILED:
 
     def version_table_impl(self, **kw: Any) -> sa.Table:
         self._version_table = super().version_table_impl(**kw)

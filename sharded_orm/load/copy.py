@@ -12,7 +12,9 @@ layout (docs/migrations.md, "Resharding a key"), written beside the old one
   pick up rows written since), every read and commit with a timeout, retried under
   :mod:`sharded_orm.retry`. With ``cursor_table`` the cursor is saved in the same commit
   as each batch, so a run stopped anywhere (even by ``kill -9``) resumes after the last
-  committed batch. ``prune=True`` then deletes the new table's rows that have no row in
+  committed batch (:mod:`sharded_orm.load.copy_cursor`). Each run counts the rows it has to
+  copy first (a resumed one: those past its cursor), so its progress lines give the share
+  done and the time left. ``prune=True`` then deletes the new table's rows that have no row in
   the old one (rows old code deleted after they were copied): for a final pass, once
   nothing writes the old table.
 * :func:`compare_tables`: row for row, matched on the key columns both tables share
@@ -22,7 +24,6 @@ layout (docs/migrations.md, "Resharding a key"), written beside the old one
 
 from __future__ import annotations
 
-import base64
 import functools
 import time
 from collections.abc import Callable, Sequence
@@ -38,13 +39,21 @@ from sharded_orm.limits import (
     commit_chunks,
     row_mutations,
 )
+from sharded_orm.load.copy_cursor import (
+    CURSOR_COLUMNS,
+    column_value,
+    cursor_table_ddl,
+    read_api_value,
+    rows_after,
+    saved_cursor,
+)
 from sharded_orm.load.prepare import value_size
 from sharded_orm.load.verify import connect, quote, row_decoder
 from sharded_orm.progress import progress
 from sharded_orm.retry import Deadline, RetryPolicy, retry_call
 from sharded_orm.schema.columns import shard_columns, table_of
 from sharded_orm.schema.keys import is_descending
-from sharded_orm.schema.value_codec import ValueCodecError, dumps_key, loads_key
+from sharded_orm.schema.value_codec import dumps_key
 from sharded_orm.spanner.stock import refuse_stock
 from sharded_orm.telemetry import operation
 from sharded_orm.write.successor import plan
@@ -61,9 +70,6 @@ __all__ = [
     "prune_target",
     "read_api_value",
 ]
-
-#: columns of a ``cursor_table`` (all ``STRING(MAX)``, key ``(Source, Target)``)
-CURSOR_COLUMNS = ("Source", "Target", "Cursor")
 
 
 @dataclass(frozen=True)
@@ -87,36 +93,8 @@ class CopyProgress:
     after: tuple[Any, ...]
 
 
-def cursor_table_ddl(name: str) -> str:
-    """The GoogleSQL ``CREATE TABLE IF NOT EXISTS`` of a ``cursor_table``."""
-    s, t, c = (quote(n) for n in CURSOR_COLUMNS)
-    return (
-        f"CREATE TABLE IF NOT EXISTS {quote(name, 'table')} ({s} STRING(MAX) NOT NULL, "
-        f"{t} STRING(MAX) NOT NULL, {c} STRING(MAX)) PRIMARY KEY ({s}, {t})"
-    )
-
-
-def read_api_value(value: Any) -> Any:
-    """A value as Spanner's client reads it and takes it in a key (BYTES base64-encoded)."""
-    return base64.b64encode(value) if isinstance(value, bytes) else value
-
-
-def column_value(raw: Any) -> Any:
-    """A value Spanner's client read as the column's value (only BYTES come as bytes)."""
-    return base64.b64decode(raw) if isinstance(raw, bytes) else raw
-
-
 def _timed(conn: Any, seconds: float) -> Any:
     return conn.execution_options(timeout=seconds)
-
-
-def _count_rows(bind: Any, table: sa.Table, seconds: float) -> int | None:
-    """The table's rows (one COUNT(*), one attempt), or None: it only feeds progress lines."""
-    try:
-        with connect(bind) as conn:
-            return int(_timed(conn, seconds).scalar(sa.select(sa.func.count()).select_from(table)))
-    except sa.exc.SQLAlchemyError:
-        return None
 
 
 def _write(
@@ -130,26 +108,6 @@ def _write(
             _timed(conn, timeout).execute(stmt, params)
 
     retry_call(attempt, policy, what=what, idempotent=True, deadline=clock)
-
-
-def _saved_cursor(bind: Any, table: str, src: str, dst: str, seconds: float) -> list[Any] | None:
-    t = sa.table(table, *[sa.column(c) for c in CURSOR_COLUMNS])
-    stmt = sa.select(t.c.Cursor).where(t.c.Source == src, t.c.Target == dst)
-    with connect(bind) as conn:
-        text = _timed(conn, seconds).execute(stmt).scalar()
-    if text is None:
-        return None
-    try:
-        values = loads_key(text)
-    except ValueCodecError as e:
-        raise ShardConfigError(
-            f"the cursor {table} holds for the copy of {src} into {dst} cannot be read ({e}). "
-            f"Delete its row (Source {src!r}, Target {dst!r}) and run the copy again: it "
-            "starts over, rewriting what it copied"
-        ) from None
-    if text.lstrip().startswith("["):  # saved before the codec: BYTES as the wire has them
-        return values
-    return [read_api_value(v) for v in values]
 
 
 def copy_table(
@@ -185,6 +143,7 @@ def copy_table(
     source_at = [[at[src.c[k].name] for k in sc.source_keys] for sc in shards]
     key_at = [at[c.name] for c, _ in key]
     decode = row_decoder(read_cols, bind.dialect)  # raw values -> what the shard hashes
+    decode_key = row_decoder([c for c, _ in key], bind.dialect)
     policy = RetryPolicy(call_timeout=call_timeout, deadline=deadline)
     clock = Deadline(deadline)
     what = f"copy of {src.name} into {dst.name}"
@@ -227,7 +186,7 @@ def copy_table(
     last = [[read_api_value(v) for v in r] for r in read(newest.limit(1), "reading the last key")]
     after = None
     if cursor_table is not None:
-        after = _saved_cursor(bind, cursor_table, src.name, dst.name, call_timeout)
+        after = saved_cursor(bind, cursor_table, src.name, dst.name, call_timeout)
     resumed = after is not None
     rows = batches = 0
     raw = RawSpanner(database_of(bind), per_thread=False)
@@ -236,8 +195,10 @@ def copy_table(
             progress(None, f"copy {src.name} -> {dst.name}", mode=progress_mode) as bar,
             operation("copy", bind, dst.name, source=src.name, resumed=resumed) as traced,
         ):
-            if not resumed:  # the rows to copy: each line then has a percentage and time left
-                bar.set_total(_count_rows(bind, src, min(30.0, call_timeout)))
+            # the rows to copy (a resumed copy: those past its cursor), so that each line
+            # has a percentage and the time left
+            past = None if after is None else decode_key(after)  # as the ORM has them
+            bar.set_total(rows_after(bind, src, key, past, min(30.0, call_timeout)))
             while last:
                 found = retry_call(
                     functools.partial(read_batch, after, last[0]), policy,
