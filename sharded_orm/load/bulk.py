@@ -16,7 +16,8 @@ build secondary indexes after the load. ``bulk_load`` does exactly that:
    (:mod:`sharded_orm.load.staging`): memory is bounded by the batch and worker
    settings, not by the number of rows.
 3. On Spanner each batch is one commit through the mutation API (``insert`` or
-   ``insert_or_update``), within 80,000 mutations, 100 MB and ``batch_bytes``, each
+   ``insert_or_update``), within 80,000 mutations, 100 MB and ``batch_bytes`` (bytes
+   as the commit carries them: index entries and a successor's rows included), each
    attempt bounded by ``commit_timeout`` and the whole load by ``deadline`` (cleanup
    included: sessions are deleted within what is left of it); retries
    follow :mod:`sharded_orm.retry` (:mod:`sharded_orm.load.writers`). Elsewhere,
@@ -238,7 +239,7 @@ def bulk_load(
         staged = stage(
             rows, preparer, also, directory, workers=workers,
             byte_limit=min(batch_bytes, MAX_COMMIT_BYTES),
-            rows_per_commit=MAX_MUTATIONS // per_row, seed=seed,
+            rows_per_commit=MAX_MUTATIONS // per_row, seed=seed, indexes=not defer_indexes,
         )  # fmt: skip
         traced.set(rows=staged.total, bytes=staged.bytes, batches=len(staged.counts))
         report = BulkLoadReport(batches=len(staged.counts), mutations_per_row=per_row)

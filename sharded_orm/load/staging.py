@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
 from sharded_orm.errors import ShardTypeError
+from sharded_orm.limits import row_bytes
 from sharded_orm.load.prepare import BulkValidationError, RowPreparer, duplicate_key_error
 
 RANGES_PER_WORKER = 10
@@ -203,7 +204,7 @@ class StagedLoad:
 
     directory: str
     total: int
-    bytes: int = 0  # the rows' size as a commit carries them (about)
+    bytes: int = 0  # the rows' size as their commits carry them (index entries, successor)
     counts: list[int] = field(default_factory=list)  # rows per batch, batches in key order
     batch_range: list[int] = field(default_factory=list)
     by_worker: dict[int, list[int]] = field(default_factory=dict)
@@ -304,30 +305,42 @@ def stage(
     byte_limit: int,
     rows_per_commit: int,
     seed: int,
+    indexes: bool = True,
 ) -> StagedLoad:
     """Read ``rows`` once: prepare and check each, stage them in ``directory`` sorted by
     key, find duplicate keys (of the table, and of ``successor``'s, a key reshard's new
     table, whose rows are made from each filled row by its plan), cut the batches and
-    give each worker its own. Raises ``BulkValidationError`` for the first problem in
+    give each worker its own. A batch holds at most ``byte_limit`` bytes as its commit
+    carries them (:func:`sharded_orm.limits.row_bytes`: each row's values, its secondary
+    index entries unless ``indexes`` is False, and its successor row with that row's
+    index entries). Raises ``BulkValidationError`` for the first problem in
     input order; nothing is written to the database here."""
     run_rows, run_bytes = max(rows_per_commit, MIN_RUN_ROWS), max(byte_limit, MIN_RUN_BYTES)
     table = KeySorter(directory, "rows", run_rows, run_bytes)
     keys2 = KeySorter(directory, "keys", 4 * run_rows, 4 * run_bytes) if successor else None
+    # what a row costs the commit that carries it: its values, its index entries and, in a
+    # key reshard, its successor row and that row's index entries (sharded_orm.limits)
+    sized = row_bytes(preparer.table, preparer.names, indexes=indexes)
+    sized2 = row_bytes(successor[1].table, successor[1].names) if successor else None
     try:
         for pos, raw in enumerate(rows):
             filled = preparer.filled(raw, pos)
-            values, key, size = preparer.prepare(filled, pos)
-            if size > byte_limit:
-                raise BulkValidationError(
-                    f"about {size} bytes: larger than one commit may carry ({byte_limit} "
-                    "bytes; raise batch_bytes up to 100 MB, or load this row on its own)",
-                    pos,
-                )
+            values, key, _ = preparer.prepare(filled, pos)
+            size = sized(values)
             also = None
-            if successor is not None and keys2 is not None:
+            if successor is not None and keys2 is not None and sized2 is not None:
                 plan, preparer2 = successor
                 also, key2, _ = preparer2.prepare(preparer2.filled(plan.new_row(filled), pos), pos)
                 keys2.add((key2, pos))
+                size += sized2(also)
+            if size > byte_limit:
+                raise BulkValidationError(
+                    f"about {size} bytes with its index entries"
+                    f"{' and its successor row' if successor else ''}: larger than one commit "
+                    f"may carry ({byte_limit} bytes); raise batch_bytes (up to 100 MB), or "
+                    f"load this row on its own{' with defer_indexes=True' if indexes else ''}",
+                    pos,
+                )
             table.add((key, pos, values, size, also), size)
     except BulkValidationError as exc:
         # a duplicate key earlier in the input is the first problem, as it always was

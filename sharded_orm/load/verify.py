@@ -14,6 +14,13 @@ reshard, or when adopting the library on a table sharded by hand, check the whol
   Python's sqlite3 adapter) counts as a mismatch too.
 
 A NULL shard counts as a mismatch (a row the backfill has not reached yet).
+
+Every statement of one verify reads the table as it was at one moment, so a write while
+it runs cannot make its report mix two states: on Spanner the row count is a strong read
+whose read timestamp the others reuse (the server-side counts, several statements when
+their tests pass Spanner's 1,000 function calls, as single-use reads at that timestamp;
+the partitioned scan in a batch snapshot at it); elsewhere the count and the scan run in
+one transaction (on SQLite the ``BEGIN`` pysqlite leaves out before a SELECT is emitted).
 """
 
 from __future__ import annotations
@@ -21,7 +28,7 @@ from __future__ import annotations
 import contextlib
 import re
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,6 +44,7 @@ from sharded_orm.schema.columns import ShardColumn, shard_columns, table_of
 from sharded_orm.spanner import is_spanner
 from sharded_orm.spanner.expressions import shard_sql
 from sharded_orm.telemetry import traced
+from sharded_orm.write.begin import begin_for_write
 
 __all__ = ["VerifyReport", "connect", "function_calls", "mismatch_sql", "quote", "verify"]
 
@@ -166,23 +174,18 @@ def scan_partitions(
 
 
 def _spanner_counts(
-    bind: Any, table: sa.Table, shards: Sequence[ShardColumn], bar: Any, workers: int,
-    timeout: float,
+    snapshot: Any, bind: Any, table: sa.Table, shards: Sequence[ShardColumn], bar: Any,
+    workers: int, timeout: float,
 ) -> tuple[int, list[int]]:  # fmt: skip
-    """Every row's sources and shards through a partitioned read, hashed as they come."""
-    from sharded_orm.spanner.mutations import database_of
-
+    """Every row's sources and shards through a partitioned read of ``snapshot`` (the
+    verify's one batch snapshot), hashed as they come."""
     columns = [c for sc in shards for c in sc.sources] + [sc.column for sc in shards]
     sql = f"SELECT {', '.join(quote(c.name) for c in columns)} FROM {quote(table.name, 'table')}"
     decode = row_decoder(columns, bind.dialect)
-    snapshot = database_of(bind).batch_snapshot()
-    try:
-        return scan_partitions(
-            snapshot, sql, lambda raw: _count_mismatches(shards, map(decode, raw), bar),
-            workers, timeout,
-        )  # fmt: skip
-    finally:
-        snapshot.close()
+    return scan_partitions(
+        snapshot, sql, lambda raw: _count_mismatches(shards, map(decode, raw), bar),
+        workers, timeout,
+    )  # fmt: skip
 
 
 def _text_checks(dialect: sa.Dialect, shards: Sequence[ShardColumn]) -> list[TextCheck]:
@@ -205,13 +208,12 @@ def _text_checks(dialect: sa.Dialect, shards: Sequence[ShardColumn]) -> list[Tex
 
 
 def _sqlalchemy_scan(
-    bind: Any, table: sa.Table, shards: Sequence[ShardColumn], texts: Sequence[TextCheck]
+    conn: sa.Connection, shards: Sequence[ShardColumn], texts: Sequence[TextCheck]
 ) -> Iterable[Any]:
     columns = [c for sc in shards for c in sc.sources] + [sc.column for sc in shards]
     raw = [sa.type_coerce(columns[value], sa.String()) for _, value, _, _ in texts]
     stmt = sa.select(*columns, *raw).execution_options(yield_per=5000)
-    with connect(bind) as conn:
-        yield from conn.execute(stmt)
+    yield from conn.execute(stmt)
 
 
 #: what GoogleSQL counts as a function call in a statement's text, over-counted: every
@@ -225,9 +227,13 @@ def function_calls(sql: str) -> int:
     return len(_CALLS.findall(re.sub(r"'(?:[^'\\]|\\.)*'", "''", sql)))
 
 
-def _server_counts(bind: Any, table: sa.Table, shards: Sequence[ShardColumn]) -> list[int]:
+def _server_counts(
+    bind: Any, table: sa.Table, shards: Sequence[ShardColumn], read_timestamp: Any
+) -> list[int]:
     """``[COUNT(*), mismatches of each column]``, server-side: one query, or one per group
-    of columns when their tests together pass Spanner's function calls a statement."""
+    of columns when their tests together pass Spanner's function calls a statement; every
+    query reads at ``read_timestamp`` (the verify's snapshot), so a write between two of
+    them is seen by neither."""
     tests = [f"COUNTIF({mismatch_sql(sc.name, sc.sources, sc.count)})" for sc in shards]
     groups: list[list[str]] = []
     used = 0
@@ -241,13 +247,40 @@ def _server_counts(bind: Any, table: sa.Table, shards: Sequence[ShardColumn]) ->
         used += cost
     total: int | None = None
     counts: list[int] = []
-    with connect(bind) as conn:
+    engine = bind.engine if isinstance(bind, sa.Connection) else bind
+    # each query a single-use read at the one timestamp: no transaction of ours for another
+    # to end (the emulator ends an older transaction when a newer one begins)
+    with engine.connect() as fresh:
+        conn = fresh.execution_options(
+            isolation_level="AUTOCOMMIT", read_only=True,
+            staleness={"read_timestamp": read_timestamp},
+        )  # fmt: skip
         for group in groups:
             sql = f"SELECT {', '.join(['COUNT(*)', *group])} FROM {quote(table.name, 'table')}"
             row = [int(v or 0) for v in conn.exec_driver_sql(sql).one()]
             total = row[0] if total is None else total
             counts += row[1:]
     return [total or 0, *counts]
+
+
+@contextlib.contextmanager
+def _spanner_snapshot(bind: Any, table: sa.Table) -> Iterator[tuple[Any, int, Any]]:
+    """The verify's one moment on Spanner: the table's row count, a strong read whose read
+    timestamp the answer gives; then a batch snapshot at that timestamp (the partitioned
+    scan) and the server-side counts at it too, so every statement sees the table as it
+    was at one moment, and none holds a transaction another could end."""
+    from sharded_orm.spanner.mutations import database_of
+
+    database = database_of(bind)
+    with database.snapshot() as strong:
+        result = strong.execute_sql(f"SELECT COUNT(*) FROM {quote(table.name, 'table')}")
+        total = int(next(iter(result))[0])
+        at = result.metadata.transaction.read_timestamp
+    snapshot = database.batch_snapshot(read_timestamp=at)
+    try:
+        yield snapshot, total, at
+    finally:
+        snapshot.close()
 
 
 def _verify_target(bind: Any, model_or_table: Any, *args: Any, **kw: Any) -> tuple[Any, str]:
@@ -285,31 +318,56 @@ def verify(
         )
     report = VerifyReport(table.name, mismatched={sc.name: 0 for sc in shards})
     start = time.monotonic()
-    server = [sc for sc in shards if sc.algorithm == FARM_FINGERPRINT] if is_spanner(bind) else []
-    client = [sc for sc in shards if sc not in server]
-    if server:
-        counts = _server_counts(bind, table, server)
-        report.rows_checked = counts[0]
-        for sc, n in zip(server, counts[1:], strict=True):
-            report.mismatched[sc.name] = n
-            report.methods[sc.name] = "server-side count"
-    if client:
-        total = report.rows_checked or None
-        if not server:  # the row count first, so the scan's progress has a total and ETA
-            with connect(bind) as conn:
-                count = sa.select(sa.func.count()).select_from(table)
-                total = int(conn.execute(count).scalar_one())
-        with progress(total, f"verify {table.name}", mode=progress_mode) as bar:
-            if is_spanner(bind):
-                n, bad = _spanner_counts(bind, table, client, bar, workers, partition_timeout)
-            else:
-                texts = _text_checks(bind.dialect, client)
-                scan = _sqlalchemy_scan(bind, table, client, texts)
-                n, bad = _count_mismatches(client, scan, bar, texts)
-        report.rows_checked = max(report.rows_checked, n)
-        for sc, found in zip(client, bad, strict=True):
-            report.mismatched[sc.name] = found
-        for sc in client:
-            report.methods[sc.name] = "partitioned scan" if is_spanner(bind) else "client scan"
+    if is_spanner(bind):
+        _verify_spanner(bind, table, shards, report, progress_mode, workers, partition_timeout)
+    else:
+        _verify_client(bind, table, shards, report, progress_mode)
     report.seconds = time.monotonic() - start
     return report
+
+
+def _verify_spanner(
+    bind: Any, table: sa.Table, shards: Sequence[ShardColumn], report: VerifyReport,
+    progress_mode: Any, workers: int, partition_timeout: float,
+) -> None:  # fmt: skip
+    """farm_fingerprint columns counted server-side, the others hashed from a partitioned
+    scan: all of it in one snapshot (:func:`_spanner_snapshot`)."""
+    server = [sc for sc in shards if sc.algorithm == FARM_FINGERPRINT]
+    client = [sc for sc in shards if sc not in server]
+    with _spanner_snapshot(bind, table) as (snapshot, total, at):
+        report.rows_checked = total
+        if client:
+            with progress(total, f"verify {table.name}", mode=progress_mode) as bar:
+                n, bad = _spanner_counts(
+                    snapshot, bind, table, client, bar, workers, partition_timeout
+                )
+            report.rows_checked = max(total, n)
+            for sc, found in zip(client, bad, strict=True):
+                report.mismatched[sc.name] = found
+        if server:
+            counts = _server_counts(bind, table, server, at)
+            for sc, n in zip(server, counts[1:], strict=True):
+                report.mismatched[sc.name] = n
+    for sc in shards:
+        report.methods[sc.name] = "server-side count" if sc in server else "partitioned scan"
+
+
+def _verify_client(
+    bind: Any, table: sa.Table, shards: Sequence[ShardColumn], report: VerifyReport,
+    progress_mode: Any,
+) -> None:  # fmt: skip
+    """Every shard hashed by the client from one streamed SELECT, after the row count (the
+    progress bar's total), both in one transaction: on SQLite the ``BEGIN`` pysqlite would
+    not emit before a SELECT is emitted (:func:`sharded_orm.write.begin.begin_for_write`),
+    so the scan reads what the count read."""
+    with connect(bind) as conn:
+        begin_for_write(conn)
+        count = sa.select(sa.func.count()).select_from(table)
+        total = int(conn.execute(count).scalar_one())
+        with progress(total, f"verify {table.name}", mode=progress_mode) as bar:
+            texts = _text_checks(bind.dialect, shards)
+            n, bad = _count_mismatches(shards, _sqlalchemy_scan(conn, shards, texts), bar, texts)
+    report.rows_checked = n
+    for sc, found in zip(shards, bad, strict=True):
+        report.mismatched[sc.name] = found
+        report.methods[sc.name] = "client scan"
