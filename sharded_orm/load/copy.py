@@ -37,6 +37,7 @@ from sharded_orm.limits import (
     SPANNER_KEY_BYTES,
     SPANNER_MUTATIONS,
     commit_chunks,
+    row_bytes,
     row_mutations,
 )
 from sharded_orm.load.copy_cursor import (
@@ -47,7 +48,6 @@ from sharded_orm.load.copy_cursor import (
     rows_after,
     saved_cursor,
 )
-from sharded_orm.load.prepare import value_size
 from sharded_orm.load.verify import connect, quote, row_decoder
 from sharded_orm.progress import progress
 from sharded_orm.retry import Deadline, RetryPolicy, retry_call
@@ -161,8 +161,10 @@ def copy_table(
     names = [c.name for c in read_cols]
     # what a copied row costs a commit, as Spanner counts it (an insert_or_update may
     # replace a row: each index entry's old one deleted too), and what the cursor adds
-    server_side = len(mp.shards) - len(shards)  # generated columns: written by Spanner
-    per_row = row_mutations(dst, len(columns) + server_side, replaces=True)
+    # (row_mutations counts the generated shard columns Spanner writes, note 10)
+    per_row = row_mutations(dst, len(columns), replaces=True)
+    keys = {c.name: c.key for c in dst.columns}
+    sized = row_bytes(dst, [keys[n] for n in columns])  # its bytes, index entries included
     cursor_cells = len(CURSOR_COLUMNS)
     cursor_bytes = 3 * (SPANNER_KEY_BYTES + 8)
 
@@ -218,7 +220,7 @@ def copy_table(
                 # one commit per chunk of the batch under Spanner's mutations and bytes a
                 # commit (each chunk saving the cursor at its own last row)
                 chunks = commit_chunks(
-                    [sum(value_size(v) for v in row) for row in values], per_row,
+                    [sized(row) for row in values], per_row,
                     fixed=cursor_cells if cursor_table is not None else 0,
                     fixed_bytes=cursor_bytes,
                 )  # fmt: skip

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import datetime as dt
 import enum
-import json
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ from sqlalchemy import types as sqltypes
 
 from sharded_orm.errors import ShardConfigError, ShardingError
 from sharded_orm.hashing import INT64_MAX, INT64_MIN
+from sharded_orm.limits import value_bytes
 from sharded_orm.schema.columns import (
     ATTR_COLUMNS_KEY,
     ShardComputed,
@@ -99,21 +99,6 @@ def check_value(
                 "the input properly or drop that character"
             )
     return None
-
-
-def value_size(value: Any) -> int:
-    """Bytes a value takes in a commit, roughly (strings by their UTF-8 length)."""
-    if value is None:
-        return 1
-    if isinstance(value, str):
-        return len(value.encode()) + 8
-    if isinstance(value, bytes):
-        return len(value) + 8
-    if isinstance(value, (list, tuple)):
-        return 8 + sum(value_size(v) for v in value)
-    if isinstance(value, dict):
-        return len(json.dumps(value, default=str)) + 8
-    return 16
 
 
 @dataclass
@@ -312,7 +297,7 @@ class RowPreparer:
             raise BulkValidationError(str(exc), pos) from None
         order = self.key_order
         key = tuple(order(values[i]) if order else values[i] for i in self.pk_index)
-        return tuple(values), key, sum(value_size(v) for v in values)
+        return tuple(values), key, sum(value_bytes(v) for v in values)
 
 
 def duplicate_key_error(key: tuple[Any, ...], pos: int, first: int) -> BulkValidationError:
@@ -344,15 +329,3 @@ def prepare_rows(
         keys.append(key)
         sizes.append(size)
     return Prepared(preparer.names, out, keys, sizes)
-
-
-def mutations_per_row(table: sa.Table, n_columns: int, skip_indexes: bool) -> int:
-    """Spanner counts an insert as one mutation per column written; each secondary index
-    adds its entry's cells. We count every column of every kept index (key parts and
-    STORING), an upper bound, so a commit never exceeds the limit."""
-    per_row = n_columns
-    if not skip_indexes:
-        for ix in table.indexes:
-            storing = ix.dialect_kwargs.get("spanner_storing") or ()
-            per_row += len(ix.expressions) + len(storing)
-    return per_row
