@@ -4,6 +4,8 @@ from :mod:`.commands`: one line adds it to the subcommands)."""
 from __future__ import annotations
 
 import argparse
+import math
+from collections.abc import Callable
 from typing import Any
 
 from sharded_orm.errors import ShardingError
@@ -16,7 +18,38 @@ from sharded_orm.tools.contract import (
     output_args,
     tenant_mix,
 )
+from sharded_orm.tools.simulate.workload import MAX_ZIPF
 from sharded_orm.tools.targets import TARGET_HELP, load_target
+
+
+def _number(
+    integer: bool = False, minimum: float = 0.0, above: bool = True, maximum: float | None = None
+) -> Callable[[str], float]:
+    """An argparse ``type=``: a finite number (an int if ``integer``) above ``minimum`` (at
+    least it, where not ``above``) and at most ``maximum``; else the flag's range, said."""
+    rule = f"> {minimum:g}" if above else f">= {minimum:g}"
+    if maximum is not None:
+        rule += f" and <= {maximum:g}"
+    kind = "a whole number" if integer else "a number"
+
+    def parse(text: str) -> float:
+        try:
+            value: float = int(text) if integer else float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be {kind} {rule}, got {text!r}") from None
+        low = value > minimum if above else value >= minimum
+        if not math.isfinite(value) or not low or (maximum is not None and value > maximum):
+            raise argparse.ArgumentTypeError(f"must be {kind} {rule}, got {text!r}")
+        return value
+
+    parse.__name__ = kind  # argparse names the type by it when it fails otherwise
+    return parse
+
+
+#: the flags' ranges (argparse checks them: a 0 is refused saying so, not taken as absent)
+_POSITIVE = _number()
+_COUNT = _number(integer=True)
+_SKEW = _number(minimum=0.0, above=False, maximum=MAX_ZIPF)
 
 
 def _counts(text: str) -> list[int]:
@@ -42,9 +75,18 @@ def _names(text: str) -> list[str]:
 
 
 def _sample(args: argparse.Namespace) -> Any:
-    given = [x for x in (args.csv, args.url, args.rows_per_second and args.duration) if x]
-    if args.csv and args.url:
-        raise ShardingError("give one sample: --csv FILE, --url URL, or a workload")
+    workload = [args.rows_per_second, args.duration]
+    given = [x for x in (args.csv, args.url, *workload) if x is not None]
+    if len(given) > 1 and (args.csv or args.url):
+        raise ShardingError(
+            "give one sample: --csv FILE, --url URL, or a workload (--rows-per-second and "
+            "--duration)"
+        )
+    if workload.count(None) == 1:
+        missing = "--duration" if args.duration is None else "--rows-per-second"
+        raise ShardingError(
+            f"a workload sample needs --rows-per-second and --duration: add {missing}"
+        )
     if args.csv:
         return args.csv
     if args.url:
@@ -132,16 +174,18 @@ def add_advise(sub: Any) -> None:
     p.add_argument("--url", default=None, help="a sample: the newest rows read from this database")
     p.add_argument(
         "--sample-rate",
-        type=float,
+        type=_POSITIVE,
         default=None,
         metavar="ROWS_PER_S",
         help="the write rate of a --csv/--url sample (default: its busiest --tick seconds, "
         "at least its mean)",
     )
-    p.add_argument("--rows-per-second", type=float, default=None, help="a workload sample: rows/s")
-    p.add_argument("--duration", type=float, default=None, help="a workload sample: seconds")
-    p.add_argument("--tenants", type=int, default=None, help="a workload sample: tenants")
-    p.add_argument("--zipf", type=float, default=0.0, help="a workload sample: tenant skew")
+    p.add_argument(
+        "--rows-per-second", type=_POSITIVE, default=None, help="a workload sample: rows/s"
+    )
+    p.add_argument("--duration", type=_POSITIVE, default=None, help="a workload sample: seconds")
+    p.add_argument("--tenants", type=_COUNT, default=None, help="a workload sample: tenants")
+    p.add_argument("--zipf", type=_SKEW, default=0.0, help="a workload sample: tenant skew")
     p.add_argument(
         "--tenant-weights", default=None, help="a workload sample: weights, e.g. 100,1,1"
     )
@@ -149,21 +193,23 @@ def add_advise(sub: Any) -> None:
     p.add_argument(
         "--candidates", default=None, help="counts to try, e.g. 8,16,32 (default: 1 to 256)"
     )
-    p.add_argument("--target-writes", type=float, default=None, metavar="WRITES_PER_S",
+    p.add_argument("--target-writes", type=_POSITIVE, default=None, metavar="WRITES_PER_S",
                    help="writes/s a split may take (default: the instance's load-split "
                    "threshold x node capacity, where a split turns warm)")  # fmt: skip
-    p.add_argument("--k", type=int, default=100, help="the newest-k read's k")
-    p.add_argument("--page-size", type=int, default=50, help="the page walk's page size")
-    p.add_argument("--pages", type=int, default=3, help="pages walked")
+    p.add_argument("--k", type=_COUNT, default=100, help="the newest-k read's k")
+    p.add_argument("--page-size", type=_COUNT, default=50, help="the page walk's page size")
+    p.add_argument("--pages", type=_COUNT, default=3, help="pages walked")
     p.add_argument(
         "--full-curve",
         action="store_true",
         help="run the page walk at every count, for the whole curve (slower; by default it "
         "runs only where the count can be the answer, and the others show the least they cost)",
     )
-    p.add_argument("--nodes", type=int, default=3, help="nodes of the modelled instance")
-    p.add_argument("--node-capacity", type=float, default=3500.0, help="writes/s per node")
-    p.add_argument("--tick", type=float, default=10.0, help="seconds per time step of the model")
+    p.add_argument("--nodes", type=_COUNT, default=3, help="nodes of the modelled instance")
+    p.add_argument("--node-capacity", type=_POSITIVE, default=3500.0, help="writes/s per node")
+    p.add_argument(
+        "--tick", type=_POSITIVE, default=10.0, help="seconds per time step of the model"
+    )
     p.add_argument("--plot", default=None, metavar="PNG",
                    help="also draw the curve into this PNG (needs matplotlib: "
                    "pip install 'sharded-orm[heatmap]')")  # fmt: skip

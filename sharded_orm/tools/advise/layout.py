@@ -13,12 +13,14 @@ and the tenant parts before it (``doctor --fix``'s choice), or over the columns 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy import types as sqltypes
 
 from sharded_orm.errors import ShardConfigError, ShardTypeError
+from sharded_orm.schema.coerce import base_type
 from sharded_orm.schema.columns import (
     ATTR_COLUMNS_KEY,
     ShardColumn,
@@ -29,9 +31,11 @@ from sharded_orm.schema.columns import (
 )
 from sharded_orm.schema.indexes import ShardedIndex
 from sharded_orm.schema.keys import is_descending
+from sharded_orm.schema.naive import INFO_KEY as NAIVE_INFO_KEY
+from sharded_orm.schema.naive import UTC as NAIVE_UTC
 from sharded_orm.schema.naive import naive_policy
 from sharded_orm.tools.doctor.keys import role_of
-from sharded_orm.tools.lint import index_parts
+from sharded_orm.tools.lint import counter_reason, index_parts
 
 GROWING = ("time", "counter", "uuid7")
 
@@ -51,6 +55,12 @@ class Layout:
     proposed: bool = False
     #: the sources as the model names them (ORM attribute names), for ``shard_column(...)``
     source_names: tuple[str, ...] = ()
+    #: the model says a naive datetime source means UTC (its Base's set_naive_datetimes)
+    naive_utc: bool = False
+    #: integer columns named like counters whose growth the sample is to show (kept in it)
+    checked: tuple[str, ...] = ()
+    #: (column, why): integer columns named like counters the sample showed not to grow
+    flat: tuple[tuple[str, str], ...] = ()
 
     def model_line(self, count: int) -> str:
         """The shard column as the model declares it, at ``count``."""
@@ -62,7 +72,7 @@ class Layout:
         of its own: where ``advise`` runs the merge to price a read."""
         md = sa.MetaData()
         keep = {c.name for c in self.table.primary_key.columns} | {p for p, _ in self.parts}
-        keep |= {c.name for c in self.shard.sources}
+        keep |= {c.name for c in self.shard.sources} | set(self.checked)
         cols: list[Any] = []
         for c in self.table.columns:
             if c.name in keep and c.name != self.shard.name:
@@ -93,12 +103,24 @@ class Layout:
         return "utc" if says is not None and says() else None
 
 
+class SeveralGrow(ShardConfigError):
+    """Several key spaces of a table without a shard column grow: ``guessed`` are the
+    integer columns among their growing parts taken for counters by their name alone (the
+    rows can tell whether they grow)."""
+
+    def __init__(self, message: str, guessed: tuple[str, ...]) -> None:
+        super().__init__(message)
+        self.guessed = guessed
+
+
 def layout_of(
-    model: Any, column: str | None = None, *, shard_on: Any = None, index: str | None = None
-) -> Layout:
+    model: Any, column: str | None = None, *, shard_on: Any = None, index: str | None = None,
+    flat: tuple[tuple[str, str], ...] = (),
+) -> Layout:  # fmt: skip
     """The layout of ``model``'s shard column ``column`` (default: its only one); for a
     table without a shard column (or with ``shard_on``/``index`` given), the layout a new
-    shard column would have (:func:`proposed_layout`)."""
+    shard column would have (:func:`proposed_layout`; ``flat``: (column, why) of integer
+    columns named like counters that do not grow)."""
     table = table_of(model)
     found = shard_columns(table)
     if shard_on is not None or index is not None:
@@ -107,9 +129,9 @@ def layout_of(
                 "give column= (--column: an existing shard column to size) or shard_on= / "
                 "index= (--shard-on / --index: a new one to size), not both"
             )
-        return proposed_layout(table, shard_on, index)
+        return proposed_layout(table, shard_on, index, flat)
     if not found and column is None:
-        return proposed_layout(table, None, None)
+        return proposed_layout(table, None, None, flat)
     if column is not None:
         found = tuple(sc for sc in found if column in (sc.name, sc.key))
     if not found:
@@ -127,7 +149,9 @@ def layout_of(
     return _layout(table, found[0])
 
 
-def _layout(table: sa.Table, sc: ShardColumn, proposed: bool = False) -> Layout:
+def _layout(
+    table: sa.Table, sc: ShardColumn, proposed: bool = False, flat: frozenset[str] = frozenset()
+) -> Layout:
     index = None
     parts: list[tuple[Any, bool]] = []
     for ix in table.indexes:
@@ -143,8 +167,7 @@ def _layout(table: sa.Table, sc: ShardColumn, proposed: bool = False) -> Layout:
                 "nothing is sharded by it to size"
             )
         parts = [(c, is_descending(c)) for c in pk[1:]]
-    roles = [role_of(c) for c, _ in parts]
-    grow = next((i for i, r in enumerate(roles) if r in GROWING), None)
+    grow = _growing(parts, flat)
     tenant = None
     if grow is not None and grow > 0:
         tenant = parts[grow - 1][0].name
@@ -201,11 +224,29 @@ def _describe(space: tuple[str | None, list[tuple[sa.Column[Any], bool]]]) -> st
     return f"{'the key' if name is None else 'index ' + name}: {cols}"
 
 
-def _growing(parts: list[tuple[sa.Column[Any], bool]]) -> int | None:
-    return next((i for i, (c, _) in enumerate(parts) if role_of(c) in GROWING), None)
+def _growing(
+    parts: list[tuple[sa.Column[Any], bool]], flat: frozenset[str] = frozenset()
+) -> int | None:
+    return next(
+        (i for i, (c, _) in enumerate(parts) if c.name not in flat and role_of(c) in GROWING),
+        None,
+    )
 
 
-def proposed_layout(table: sa.Table, shard_on: Any = None, index: str | None = None) -> Layout:
+def guessed_counter(col: sa.Column[Any]) -> bool:
+    """An integer column taken for a counter by its name (``id``) alone: nothing declares it
+    one (``counter_reason``), so the rows are to show whether it grows."""
+    return (
+        role_of(col) == "counter"
+        and isinstance(base_type(col.type), sqltypes.Integer)
+        and counter_reason(col) is None
+    )
+
+
+def proposed_layout(
+    table: sa.Table, shard_on: Any = None, index: str | None = None,
+    flat: tuple[tuple[str, str], ...] = (),
+) -> Layout:  # fmt: skip
     """The layout of ``table`` with a new shard column: leading ``index`` (an index's name,
     or the table's name for its key; default: the one key space that grows) and hashing
     ``shard_on`` (column names; default: the growing part and the tenant parts before it).
@@ -231,7 +272,8 @@ def proposed_layout(table: sa.Table, shard_on: Any = None, index: str | None = N
         sources = [_column(table, n) for n in names]
         if len(set(sources)) != len(sources):
             raise ShardConfigError(f"a column is named twice in shard_on: {names}")
-    growing = [(s, g) for s in spaces if (g := _growing(s[1])) is not None]
+    skip = frozenset(c for c, _ in flat)
+    growing = [(s, g) for s in spaces if (g := _growing(s[1], skip)) is not None]
     if sources is not None:
         growing = [(s, g) for s, g in growing if s[1][g][0] in sources]
     if not growing:
@@ -250,14 +292,16 @@ def proposed_layout(table: sa.Table, shard_on: Any = None, index: str | None = N
             + ". If a column grows that the model does not show (a timestamp kept as "
             "text), name it with shard_on= (--shard-on) and the index with index= (--index)"
         )  # fmt: skip
+    (name, parts), g = growing[0]
     if len(growing) > 1:
-        raise ShardConfigError(
+        guessed = {sp[1][i][0].name for sp, i in growing if guessed_counter(sp[1][i][0])}
+        raise SeveralGrow(
             f"{table.name} has {len(growing)} key spaces that grow: "
             + "; ".join(_describe(s) for s, _ in growing)
             + ". Name the one to size: index=<index name> (--index), or the table's name "
-            "for its key"
+            "for its key",
+            tuple(sorted(guessed)),
         )  # fmt: skip
-    (name, parts), g = growing[0]
     if sources is None:
         sources = [c for c, _ in parts[:g] if role_of(c) == "tenant"] + [parts[g][0]]
     taken = {c.name for c in table.columns} | set(table.c.keys())
@@ -286,6 +330,9 @@ def proposed_layout(table: sa.Table, shard_on: Any = None, index: str | None = N
     new = sa.Table(table.name, md, *cols, *key, schema=table.schema, info=info)
     if not in_key:  # by the columns themselves: a key may differ from its SQL name
         order = [sa.desc(new.c[c.key]) if d else new.c[c.key] for c, d in parts]
-        ShardedIndex(str(name), *order, shard=shard_name)
+        old = next((ix for ix in table.indexes if ix.name == name), None)
+        nf = bool(old is not None and old.dialect_kwargs.get("spanner_null_filtered"))
+        ShardedIndex(str(name), *order, shard=shard_name, null_filtered=nf)
     sc = next(s for s in shard_columns(new) if s.name == shard_name)
-    return _layout(new, sc, proposed=True)
+    said = table.metadata.info.get(NAIVE_INFO_KEY) == NAIVE_UTC
+    return replace(_layout(new, sc, proposed=True, flat=skip), naive_utc=said, flat=flat)

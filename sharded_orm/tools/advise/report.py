@@ -12,9 +12,25 @@ from sharded_orm.errors import ShardConfigError, ShardTypeError
 from sharded_orm.progress import progress
 from sharded_orm.read.branches import SINGLE_STATEMENT_READS
 from sharded_orm.read.stats import MergeStats
-from sharded_orm.tools.advise.cost import Point, Reads, busiest_tenant, peak_split, walk_statements
-from sharded_orm.tools.advise.layout import Layout, layout_of
-from sharded_orm.tools.advise.sample import Sample, from_csv, from_engine, from_rows, from_workload
+from sharded_orm.tools.advise.cost import (
+    DOUBT,
+    SIMULATED,
+    Point,
+    Reads,
+    busiest_tenant,
+    peak_split,
+    simulated_peak,
+    walk_statements,
+)
+from sharded_orm.tools.advise.layout import Layout, SeveralGrow, layout_of
+from sharded_orm.tools.advise.sample import (
+    Sample,
+    from_csv,
+    from_engine,
+    from_rows,
+    from_workload,
+    without_flat_counters,
+)
 
 #: the counts tried by default: the rules of thumb (16, one per node, 100, 200) among them
 CANDIDATES = (1, 2, 4, 8, 10, 16, 20, 30, 32, 40, 50, 64, 100, 128, 200, 256)
@@ -54,9 +70,51 @@ class Advice:
         return min(1.0, point.peak_split_writes / rate) if rate > 0 else 1.0
 
     @property
+    def naive_sources(self) -> bool:
+        """A source of the shard column came as naive datetimes (read as UTC)."""
+        return bool(set(self.sample.naive) & {c.name for c in self.layout.shard.sources})
+
+    @property
     def model_line(self) -> str | None:
         """The recommended shard column as the model declares it (None: no count fits)."""
         return None if self.count is None else self.layout.model_line(self.count)
+
+    @property
+    def window_text(self) -> str | None:
+        """The busiest window, in words (None: the rate was given or the sample is short)."""
+        data = self.sample
+        start, end = data.window_start, data.window_end
+        if start is None or end is None or data.window is None or data.window_rows is None:
+            return None
+        mean = data.mean_rows_per_second or 0.0
+        sized = (
+            f"sized for it: {data.rows_per_second:,.1f} rows/s (its rows less their "
+            f"noise), not the mean {mean:,.1f}"
+            if data.rows_per_second > mean
+            else f"no burst above the mean {mean:,.1f} rows/s: sized for the mean"
+        )
+        return (
+            f"busiest window: {data.window:g} s from {_when(start)} to {_when(end)}, "
+            f"{data.window_rows:,} rows ({data.window_rows / data.window:,.1f} rows/s); {sized}"
+        )
+
+    @property
+    def naive_text(self) -> str | None:
+        """What advise did with naive datetimes (None: none came)."""
+        if not self.sample.naive:
+            return None
+        text = (
+            f"{', '.join(self.sample.naive)}: datetimes without a timezone, read as UTC "
+            "(as Spanner stores a naive datetime); if they are local times, the busiest "
+            "window's times above are off by the zone's offset"
+        )
+        if self.naive_sources and self.layout.proposed and not self.layout.naive_utc:
+            text += (
+                "; the shard column refuses naive values unless told they mean UTC: "
+                'sharded_orm.set_naive_datetimes(Base, "utc") once (docs/adopting.md), or '
+                'naive_datetimes="utc" in the line below'
+            )
+        return text
 
     def as_dict(self) -> dict[str, Any]:
         mean = self.sample.mean_rows_per_second
@@ -72,6 +130,13 @@ class Advice:
             "rows_per_second": round(self.sample.rows_per_second, 2),
             "mean_rows_per_second": None if mean is None else round(mean, 2),
             "busiest_window_seconds": self.sample.window,
+            "busiest_window": None if self.sample.window_start is None else {
+                "start": _when(self.sample.window_start),
+                "end": _when(self.sample.window_end),
+                "rows": self.sample.window_rows,
+            },
+            "naive_datetimes_read_as_utc": list(self.sample.naive),
+            "not_growing": {name: why for name, why in self.layout.flat},
             "target_split_writes_per_second": self.target,
             "read": {
                 "tenant": _plain(self.tenant),
@@ -97,28 +162,33 @@ class Advice:
             else f"{lay.table.name}.{lay.shard.name} (now {lay.shard.count} shards)"
         )
         rate = f"{data.rows_per_second:,.0f} rows/s"
-        if data.window is not None and data.mean_rows_per_second is not None:
-            rate += (
-                f" in the busiest {data.window:g} s (mean {data.mean_rows_per_second:,.1f}): "
-                "sized for the bursts"
-            )
+        mean = data.mean_rows_per_second
+        if data.window is not None and mean is not None and data.rows_per_second > mean:
+            rate += f" in the busiest {data.window:g} s (mean {mean:,.1f}): sized for the bursts"
         lines = [
             f"{what} leading {lay.index or 'the key'}: {len(data.rows)} rows of "
             f"{data.source}, {rate}",
+            *(f"{note}" for note in (self.window_text, self.naive_text) if note),
+            *(
+                f"{name}: an integer key named like a counter, but not one: {why}; "
+                "not a key space that grows"
+                for name, why in lay.flat
+            ),
             f"reads priced: newest {self.k} and {self.pages} page(s) of {self.page_size}"
             + (f" of {self.layout.tenant} {self.tenant!r}" if self.tenant is not None else "")
             + f"; write target: {self.target:,.0f} writes/s per split",
-            f"{'N':>5} {'busiest split w/s':>18} {'share':>6} {'meets':>5} {'statements':>10} "
+            f"{'N':>5} {'busiest split w/s':>18} {'share':>6} {'meets':>9} {'statements':>10} "
             f"{'rows read':>9} {'read cost':>9}  busiest split (# = target)",
         ]
         for p in self.points:
             bar = ("=" * min(30, round(30 * p.peak_split_writes / top)) + " " * 30)[:30]
             bar = bar[:10] + "#" + bar[11:] if len(bar) > 10 else bar
             ok = "yes" if p.peak_split_writes <= self.target else "no"
+            ok = ("sim " if p.model_split_writes is not None else "") + ok
             star = " <- recommended" if best is not None and p is best else ""
             at_least = "" if p.exact else ">="
             lines.append(
-                f"{p.count:>5} {p.peak_split_writes:>18,.0f} {self.share(p):>6.1%} {ok:>5} "
+                f"{p.count:>5} {p.peak_split_writes:>18,.0f} {self.share(p):>6.1%} {ok:>9} "
                 f"{at_least + str(p.statements):>10} "
                 f"{at_least + str(p.server_rows_read):>9} "
                 f"{at_least + f'{p.read_cost:,.0f}':>9}  {bar.rstrip()}{star}"
@@ -128,6 +198,18 @@ class Advice:
             "SINGLE_STATEMENT_READS); busiest split = the busiest tail's writes/s, share = "
             "its part of the table's writes"
         )
+        sims = [p for p in self.points if p.model_split_writes is not None]
+        if sims:
+            lines.append(
+                "sim : the model's figure was within "
+                f"{DOUBT:.0%} of the target, so that count was simulated (the workload run "
+                "through simulate) and its busiest split is simulate's worst tick: "
+                + ", ".join(
+                    f"{p.count} shards {p.peak_split_writes:,.0f} w/s (the model: "
+                    f"{p.model_split_writes:,.0f})"
+                    for p in sims
+                )
+            )
         if not all(p.exact for p in self.points):
             lines.append(
                 ">= : the page walk was not run at that count (it cannot be the answer: it "
@@ -156,6 +238,11 @@ class Advice:
         from sharded_orm.tools.advise.picture import draw_curve
 
         return draw_curve(self, path)
+
+
+def _when(v: Any) -> str | None:
+    """A window's edge as text (ISO 8601)."""
+    return None if v is None else str(v.isoformat())
 
 
 def _plain(v: Any) -> Any:
@@ -224,7 +311,7 @@ def advise(
     reports its progress through :mod:`sharded_orm.progress` (a line every few seconds in
     a log, a bar on a terminal).
     """
-    from sharded_orm.tools.simulate import Instance
+    from sharded_orm.tools.simulate import Instance, Workload
 
     inst = Instance() if instance is None else instance
     if not isinstance(inst, Instance):
@@ -239,13 +326,24 @@ def advise(
     limit = target if target is not None else inst.load_split_threshold * inst.node_capacity
     if not isinstance(limit, (int, float)) or not limit > 0 or limit == float("inf"):
         raise ShardConfigError(f"target must be a positive number of writes/s, got {target!r}")
-    layout = layout_of(model, column, shard_on=shard_on, index=index)
     size = check_positive_int(sample_size, "sample_size")
-    data = _sample(layout, sample, rows_per_second, size, float(inst.tick))
+    try:
+        layout = layout_of(model, column, shard_on=shard_on, index=index)
+        data = _sample(layout, sample, rows_per_second, size, float(inst.tick))
+    except SeveralGrow as several:
+        found = without_flat_counters(
+            several, model, shard_on, index, lambda lay: _sample(
+                lay, sample, rows_per_second, size, float(inst.tick))
+        )  # fmt: skip
+        if found is None:
+            raise
+        layout, data = found
     who = tenant if tenant is not None else busiest_tenant(layout, data)
     advice = Advice(layout, data, float(limit), who, k, page_size, pages)
     splits = inst.initial_splits_per_node * inst.nodes
     peaks = {n: peak_split(layout, data, n, inst.tick, splits, float(limit)) for n in counts}
+    modelled = dict(peaks)
+    simulated: dict[int, float] = {}
     newest: dict[int, MergeStats] = {}
     walks: dict[int, MergeStats] = {}
     # a line every few seconds while it works (a bar on a terminal): one plan per read
@@ -259,19 +357,49 @@ def advise(
         # the floor under each count's cost: its newest read, and a statement per page
         least = SINGLE_STATEMENT_READS * walk_statements(rows, page_size, pages)
         floor = {n: _cost(newest[n]) + least for n in counts}
-        best: tuple[float, int] | None = None
-        order = counts if full_curve else sorted(
-            (n for n in counts if peaks[n] <= limit), key=lambda n: (floor[n], n)
-        )  # fmt: skip
-        for n in order:
-            if not full_curve and best is not None and (floor[n], n) > best:
-                break  # neither it nor any after it can cost less than the answer found
-            with Reads(layout, data, n, who) as reads:
-                walks[n] = reads.walk(page_size, pages)
-            bar.advance()
-            if peaks[n] <= limit:
-                best = min(best or (math.inf, n), (_cost(newest[n]) + _cost(walks[n]), n))
-        bar.advance(len(counts) - len(walks))  # the walks not needed
+
+        def cost(n: int) -> float:
+            if n not in walks:
+                with Reads(layout, data, n, who) as reads:
+                    walks[n] = reads.walk(page_size, pages)
+                bar.advance()
+            return _cost(newest[n]) + _cost(walks[n])
+
+        def known(n: int) -> float:
+            """A count's cost where walked, else its floor."""
+            return _cost(newest[n]) + _cost(walks[n]) if n in walks else floor[n]
+
+        def choose() -> tuple[float, int] | None:
+            """(cost, count) of the answer at the peaks known: the feasible counts walked
+            cheapest floor first, until no floor is below the answer found."""
+            best: tuple[float, int] | None = None
+            feasible = sorted((n for n in counts if peaks[n] <= limit), key=lambda n: (floor[n], n))
+            for n in feasible:
+                if best is not None and (floor[n], n) > best:
+                    break  # neither it nor any after it can cost less than the answer found
+                best = min(best or (math.inf, n), (cost(n), n))
+            return best
+
+        best = choose()
+        workload = sample if isinstance(sample, Workload) else None
+        while workload is not None and len(simulated) < SIMULATED:
+            # the counts the model is unsure of that could be the answer: simulate the
+            # cheapest, then choose again (its peak may make it feasible, or the answer not)
+            doubtful = [
+                n for n in counts
+                if n not in simulated and abs(peaks[n] / limit - 1) <= DOUBT
+                and (best is None or (known(n), n) <= best)
+            ]  # fmt: skip
+            if not doubtful:
+                break
+            n = min(doubtful, key=lambda n: (floor[n], n))
+            simulated[n] = simulated_peak(layout, workload, inst, n)
+            peaks[n] = simulated[n]
+            best = choose()
+        if full_curve:
+            for n in counts:
+                cost(n)
+        bar.advance(max(0, len(counts) - len(walks)))  # the walks not needed
     for n in counts:
         one, walk = newest[n], walks.get(n)
         page_statements = walk.statements if walk else least // SINGLE_STATEMENT_READS
@@ -287,6 +415,7 @@ def advise(
                 page_statements,
                 page_rows,
                 exact=walk is not None,
+                model_split_writes=modelled[n] if n in simulated else None,
             )  # fmt: skip
         )
     return advice

@@ -19,8 +19,9 @@ import csv
 import datetime as dt
 import itertools
 import math
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -28,9 +29,11 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy import types as sqltypes
 
+from sharded_orm.checks import quote_identifier
 from sharded_orm.errors import ShardConfigError, ShardValueError
+from sharded_orm.read.plan import EMULATOR_NULL_FILTER_HINT
 from sharded_orm.schema.coerce import base_type
-from sharded_orm.tools.advise.layout import Layout
+from sharded_orm.tools.advise.layout import Layout, SeveralGrow, layout_of
 from sharded_orm.tools.doctor.keys import parse_timestamp
 
 #: the most rows a sample keeps (memory and the merge runs stay small)
@@ -51,11 +54,22 @@ class Sample:
     #: the mean rate over the rows' time span (None: the rate was given, not measured)
     mean_rows_per_second: float | None = None
     window: float | None = None  # seconds of the busiest window measured
+    #: where the busiest window starts, and the rows in it (None: no window measured)
+    window_start: dt.datetime | dt.date | None = None
+    window_rows: int | None = None
+    #: the columns whose datetimes came without a timezone (read as UTC instants)
+    naive: tuple[str, ...] = ()
+
+    @property
+    def window_end(self) -> dt.datetime | dt.date | None:
+        if self.window_start is None or self.window is None:
+            return None
+        return self.window_start + dt.timedelta(seconds=self.window)
 
 
 def _needed(layout: Layout) -> list[sa.Column[Any]]:
     names = {p for p, _ in layout.parts} | {c.name for c in layout.shard.sources}
-    names |= {c.name for c in layout.table.primary_key.columns}
+    names |= {c.name for c in layout.table.primary_key.columns} | set(layout.checked)
     names.discard(layout.shard.name)
     return [c for c in layout.table.columns if c.name in names]
 
@@ -76,29 +90,53 @@ def _seconds(rows: list[dict[str, Any]], growing: str | None) -> list[float]:
         return []
 
 
-def _rates(seconds: list[float], window: float | None) -> tuple[float, float]:
-    """(mean rate, the rate of the busiest ``window``, less its noise, at least the mean)
-    of rows at ``seconds`` (sorted); (0, 0) when they span no time."""
+@dataclass(frozen=True)
+class _Rates:
+    mean: float  # over the rows' span
+    rate: float  # the busiest window's, less its noise, at least the mean
+    start: float | None = None  # seconds from the first row to the busiest window's start
+    rows: int = 0  # rows in the busiest window
+
+
+def _rates(seconds: list[float], window: float | None) -> _Rates:
+    """The mean rate of rows at ``seconds`` (sorted) and the rate of their busiest
+    ``window`` (less its noise, at least the mean); 0 when they span no time."""
     if len(seconds) < 2 or seconds[-1] <= 0:
-        return 0.0, 0.0
+        return _Rates(0.0, 0.0)
     span = seconds[-1]
     mean = len(seconds) / span
     if window is None or span <= window:
-        return mean, mean
-    busiest, j = 0, 0
+        return _Rates(mean, mean)
+    busiest, start, j = 0, 0.0, 0
     for i, t in enumerate(seconds):  # the most rows in any [t - window, t]
         while t - seconds[j] > window:
             j += 1
-        busiest = max(busiest, i - j + 1)
+        if i - j + 1 > busiest:
+            busiest, start = i - j + 1, seconds[j]
     burst = (busiest - BURST_NOISE * math.sqrt(busiest)) / window
-    return mean, max(mean, burst)
+    return _Rates(mean, max(mean, burst), start, busiest)
+
+
+def _naive(rows: list[dict[str, Any]], cols: list[sa.Column[Any]]) -> tuple[str, ...]:
+    """The columns of ``rows`` holding datetimes without a timezone."""
+    return tuple(
+        c.name
+        for c in cols
+        if any(isinstance(r[c.name], dt.datetime) and r[c.name].tzinfo is None for r in rows)
+    )
+
+
+#: an RFC 3339 / ISO 8601 time that says its zone (Z or an offset) at its end
+_ZONED = re.compile(r"[T ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?\s*(Z|[+-]\d{2}(:?\d{2})?)\s*$", re.I)
 
 
 def _parse(column: sa.Column[Any], text: str, where: str) -> Any:
     """CSV text as the column's value (by its SQL type: a TypeDecorator by what it wraps)."""
     t = base_type(column.type)
     kinds: list[tuple[type[Any], Any]] = [
-        (sqltypes.DateTime, parse_timestamp),
+        # the instant, in UTC: the hash of an offset's wall time is refused where a
+        # database drops the offset (SQLite's DateTime), and the instant is what is sized
+        (sqltypes.DateTime, lambda v: parse_timestamp(v).astimezone(dt.timezone.utc)),
         (sqltypes.Date, dt.date.fromisoformat),
         (sqltypes.Boolean, lambda v: v.strip().lower() in ("1", "true", "t", "yes")),
         (sqltypes.Integer, int),
@@ -118,9 +156,10 @@ def _parse(column: sa.Column[Any], text: str, where: str) -> Any:
 
 def from_rows(layout: Layout, rows: Iterable[Mapping[str, Any]], source: str,
               rows_per_second: float | None = None, window: float | None = None,
-              empty: str = "") -> Sample:  # fmt: skip
+              empty: str = "", naive: Iterable[str] = ()) -> Sample:  # fmt: skip
     """The sample of ``rows``; its rate: ``rows_per_second``, else the busiest ``window``
-    seconds of their time span (see the module). ``empty``: what to do when there are none."""
+    seconds of their time span (see the module). ``empty``: what to do when there are none;
+    ``naive``: columns whose datetimes came without a timezone and were made UTC (a CSV's)."""
     cols = _needed(layout)
     out: list[dict[str, Any]] = []
     for i, r in enumerate(itertools.islice(rows, MAX_ROWS)):
@@ -147,16 +186,21 @@ def from_rows(layout: Layout, rows: Iterable[Mapping[str, Any]], source: str,
                 f"{source}: {grow} holds naive and timezone-aware datetimes together: give "
                 "them all with a timezone (or all without)"
             ) from None
+    seen = set(naive) | set(_naive(out, cols))
+    naive_cols = tuple(c.name for c in cols if c.name in seen)
     if rows_per_second is not None:
-        return Sample(out, float(rows_per_second), source)
-    mean, rate = _rates(_seconds(out, grow), window)
-    if rate <= 0:
+        return Sample(out, float(rows_per_second), source, naive=naive_cols)
+    rates = _rates(_seconds(out, grow), window)
+    if rates.rate <= 0:
         raise ShardConfigError(
             f"{source}: the rows span no time ({grow or 'no time column'}), so "
             "their write rate is unknown: give rows_per_second= (--sample-rate)"
         )
-    measured = window if window is not None and rate > mean else None
-    return Sample(out, rate, source, mean, measured)
+    if window is None or rates.start is None or grow is None:
+        return Sample(out, rates.rate, source, rates.mean, naive=naive_cols)
+    first = min(row[grow] for row in out if row[grow] is not None)
+    start = first + dt.timedelta(seconds=rates.start)
+    return Sample(out, rates.rate, source, rates.mean, window, start, rates.rows, naive_cols)
 
 
 def from_csv(layout: Layout, path: str | Path, rows_per_second: float | None = None,
@@ -170,6 +214,9 @@ def from_csv(layout: Layout, path: str | Path, rows_per_second: float | None = N
             f"({MAX_FILE_BYTES:,}): a sample of {MAX_ROWS:,} rows is enough"
         )
     cols = {c.name: c for c in _needed(layout)}
+    # a time without a zone is read as UTC (parse_timestamp): the advice says so
+    times = [k for k, c in cols.items() if isinstance(base_type(c.type), sqltypes.DateTime)]
+    naive: set[str] = set()
     try:
         with p.open(newline="", encoding="utf-8-sig") as f:
             reader = csv.DictReader(f)
@@ -182,13 +229,14 @@ def from_csv(layout: Layout, path: str | Path, rows_per_second: float | None = N
                     )
                 where = f"{str(p)!r} line {i + 2}"
                 rows.append({k: _parse(c, raw[k], where) for k, c in cols.items() if k in raw})
+                naive.update(k for k in times if raw.get(k) and not _ZONED.search(raw[k]))
     except UnicodeDecodeError as exc:
         raise ShardValueError(
             f"{str(p)!r} is not UTF-8 text (offset {exc.start}): export the rows as UTF-8 CSV"
         ) from None
     except csv.Error as exc:
         raise ShardValueError(f"{str(p)!r} is not a readable CSV file: {exc}") from None
-    return from_rows(layout, rows, repr(str(p)), rows_per_second, window)
+    return from_rows(layout, rows, repr(str(p)), rows_per_second, window, naive=naive)
 
 
 def from_engine(
@@ -199,13 +247,17 @@ def from_engine(
     window: float | None = None,
 ) -> Sample:
     """The newest ``size`` rows of the table (by its growing column), read from ``engine``:
-    one statement, ``ORDER BY <growing> DESC LIMIT size``, never the whole table."""
+    one statement, ``ORDER BY <growing> DESC LIMIT size``, never the whole table. On
+    Spanner, where the growing column is an index's, the read goes through that index
+    (``@{FORCE_INDEX=...}``): Spanner would otherwise scan and sort the base table."""
     t = layout.table
     cols = [t.c[c.key] for c in _needed(layout)]
     stmt = sa.select(*cols)
     if layout.growing:
         newest = next(c for c in t.columns if c.name == layout.growing)  # by name: keys differ
         stmt = stmt.order_by(newest.desc())
+        if layout.index is not None:
+            stmt = _through_index(stmt, layout, engine.dialect)
     elif rows_per_second is None:
         raise ShardConfigError(
             f"{t.name}: the key space sized has no time-ordered part, so neither its newest "
@@ -222,9 +274,79 @@ def from_engine(
     return from_rows(layout, named, f"{t.name} in the database", rows_per_second, window, empty)
 
 
+#: the dialect name a table hint is given for (the stock Spanner dialect and ours render it)
+_SPANNER_HINTS = "spanner+spanner"
+
+
+def _through_index(stmt: sa.Select[Any], layout: Layout, dialect: Any) -> sa.Select[Any]:
+    """``stmt`` read through the layout's index on Spanner: its name quoted into the
+    ``FORCE_INDEX`` hint; a NULL_FILTERED index's nullable parts filtered to NOT NULL (the
+    rows it holds), with the hint the emulator needs to use it (Spanner ignores that one)."""
+    if not str(getattr(dialect, "name", "")).startswith("spanner") or layout.index is None:
+        return stmt
+    t = layout.table
+    hint = f"FORCE_INDEX={quote_identifier(dialect, layout.index, 'index name')}"
+    ix = next((i for i in t.indexes if i.name == layout.index), None)
+    if ix is not None and ix.dialect_kwargs.get("spanner_null_filtered"):
+        nullable = [c for c in ix.columns if c.nullable]
+        stmt = stmt.where(*[c.is_not(None) for c in nullable])
+        hint += f", {EMULATOR_NULL_FILTER_HINT}"
+    return stmt.with_hint(t, f"@{{{hint}}}", _SPANNER_HINTS)
+
+
+#: the share of a column's steps (row to next row, oldest first) that go one way for its
+#: values to grow (or shrink) with time: a counter's all do, a random or bit-reversed id's half
+GROWS_WITH_TIME = 0.9
+
+
+def grows_with_time(sample: Sample, layout: Layout, name: str) -> tuple[bool, str]:
+    """Whether column ``name``'s values grow (or shrink) with the layout's growing time in
+    ``sample`` (its rows oldest first), and the figures that say so. Too few steps to
+    tell: taken as growing."""
+    values = [r[name] for r in sample.rows if r.get(name) is not None]
+    ups = sum(1 for a, b in itertools.pairwise(values) if b > a)
+    downs = sum(1 for a, b in itertools.pairwise(values) if b < a)
+    steps = ups + downs
+    if steps < 10:
+        return True, f"too few rows with {name} to tell ({steps} steps)"
+    share = max(ups, downs) / steps
+    why = (
+        f"{share:.0%} of its values {'above' if ups >= downs else 'below'} the one written "
+        f"before them, over {steps:,} rows of the sample by {layout.growing}"
+    )
+    return share >= GROWS_WITH_TIME, why
+
+
 def from_workload(layout: Layout, workload: Any, size: int = 20_000) -> Sample:
     from sharded_orm.tools.simulate import sample_rows
 
     n = min(size, workload.rows, MAX_ROWS)
     rows = sample_rows(layout.table, workload, n)
     return from_rows(layout, rows, "the simulate workload", workload.rows_per_second)
+
+
+def without_flat_counters(
+    several: SeveralGrow, model: Any, shard_on: Any, index: str | None,
+    read: Callable[[Layout], Sample],
+) -> tuple[Layout, Sample] | None:  # fmt: skip
+    """Where several key spaces grow only because an integer column is taken for a counter
+    by its name (an ``id`` beside a time index): the layout without those, its sample
+    read, when the sample shows none of them grows with time (a random or bit-reversed
+    id); else refused as before, saying which grows. None: no such column to check."""
+    if not several.guessed:
+        return None
+    guess = tuple((name, "") for name in several.guessed)
+    try:
+        layout = layout_of(model, shard_on=shard_on, index=index, flat=guess)
+    except ShardConfigError:  # still several (two times), or none: the first answer holds
+        return None
+    if layout.growing is None or layout.growing in several.guessed:
+        return None
+    data = read(replace(layout, checked=several.guessed))
+    seen = [(name, *grows_with_time(data, layout, name)) for name in several.guessed]
+    grows = [(name, why) for name, up, why in seen if up]
+    if grows:
+        raise ShardConfigError(
+            f"{several} ({'; '.join(f'{n} grows with time: {why}' for n, why in grows)})"
+        )
+    return replace(layout, checked=several.guessed, flat=tuple((n, w) for n, _, w in seen)), data
