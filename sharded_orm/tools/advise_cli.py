@@ -4,8 +4,6 @@ from :mod:`.commands`: one line adds it to the subcommands)."""
 from __future__ import annotations
 
 import argparse
-import math
-from collections.abc import Callable
 from typing import Any
 
 from sharded_orm.errors import ShardingError
@@ -15,41 +13,16 @@ from sharded_orm.tools.contract import (
     Formatter,
     emit,
     envelope,
+    number,
     output_args,
     tenant_mix,
+    zipf_exponent,
 )
-from sharded_orm.tools.simulate.workload import MAX_ZIPF
 from sharded_orm.tools.targets import TARGET_HELP, load_target
 
-
-def _number(
-    integer: bool = False, minimum: float = 0.0, above: bool = True, maximum: float | None = None
-) -> Callable[[str], float]:
-    """An argparse ``type=``: a finite number (an int if ``integer``) above ``minimum`` (at
-    least it, where not ``above``) and at most ``maximum``; else the flag's range, said."""
-    rule = f"> {minimum:g}" if above else f">= {minimum:g}"
-    if maximum is not None:
-        rule += f" and <= {maximum:g}"
-    kind = "a whole number" if integer else "a number"
-
-    def parse(text: str) -> float:
-        try:
-            value: float = int(text) if integer else float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"must be {kind} {rule}, got {text!r}") from None
-        low = value > minimum if above else value >= minimum
-        if not math.isfinite(value) or not low or (maximum is not None and value > maximum):
-            raise argparse.ArgumentTypeError(f"must be {kind} {rule}, got {text!r}")
-        return value
-
-    parse.__name__ = kind  # argparse names the type by it when it fails otherwise
-    return parse
-
-
 #: the flags' ranges (argparse checks them: a 0 is refused saying so, not taken as absent)
-_POSITIVE = _number()
-_COUNT = _number(integer=True)
-_SKEW = _number(minimum=0.0, above=False, maximum=MAX_ZIPF)
+_POSITIVE = number()
+_COUNT = number(integer=True)
 
 
 def _counts(text: str) -> list[int]:
@@ -185,7 +158,7 @@ def add_advise(sub: Any) -> None:
     )
     p.add_argument("--duration", type=_POSITIVE, default=None, help="a workload sample: seconds")
     p.add_argument("--tenants", type=_COUNT, default=None, help="a workload sample: tenants")
-    p.add_argument("--zipf", type=_SKEW, default=0.0, help="a workload sample: tenant skew")
+    p.add_argument("--zipf", type=zipf_exponent, default=0.0, help="a workload sample: tenant skew")
     p.add_argument(
         "--tenant-weights", default=None, help="a workload sample: weights, e.g. 100,1,1"
     )

@@ -18,8 +18,10 @@ from sharded_orm.tools.contract import (
     Formatter,
     emit,
     envelope,
+    number,
     output_args,
     tenant_mix,
+    zipf_exponent,
 )
 from sharded_orm.tools.database import add_backfill, add_verify, create_engine
 from sharded_orm.tools.fix_cli import add_fix_args, run_fix
@@ -134,17 +136,26 @@ def add_simulate(sub: Any) -> None:
         help="a mapped class or Table (a base or module: each of its tables); give several "
         "to compare them side by side",
     )
-    p.add_argument("--rows-per-second", type=float, required=True, help="rows written per second")
-    p.add_argument("--duration", type=float, required=True, help="seconds of traffic")
+    p.add_argument(
+        "--rows-per-second", type=number(), required=True, help="rows written per second"
+    )
+    p.add_argument("--duration", type=number(), required=True, help="seconds of traffic")
     p.add_argument(
         "--tenants",
-        type=int,
+        type=number(integer=True),
         default=None,
         help="number of tenants (default: 1, or one per --tenant-weights)",
     )
-    p.add_argument("--zipf", type=float, default=0.0, help="tenant skew exponent (0: none)")
+    p.add_argument(
+        "--zipf",
+        type=zipf_exponent,
+        default=0.0,
+        help="tenant skew exponent (0: none)",
+    )
     p.add_argument("--tenant-weights", default=None, help="one write weight per tenant, e.g. 1,3,1")
-    p.add_argument("--users-per-tenant", type=int, default=1000, help="users of each tenant")
+    p.add_argument(
+        "--users-per-tenant", type=number(integer=True), default=1000, help="users of each tenant"
+    )
     p.add_argument(
         "--insert-order",
         choices=("time", "key", "random"),
@@ -153,7 +164,7 @@ def add_simulate(sub: Any) -> None:
     )
     p.add_argument(
         "--history",
-        type=float,
+        type=number(above=False),
         default=None,
         help="seconds of rows that exist already (default: --duration for live traffic, "
         "0 for a bulk load)",
@@ -167,9 +178,11 @@ def add_simulate(sub: Any) -> None:
         "bit_reversed, random, constant); repeat for several columns",
     )
     p.add_argument("--seed", type=int, default=0, help="random seed (same seed, same rows)")
-    p.add_argument("--nodes", type=int, default=3, help="nodes of the modelled instance")
-    p.add_argument("--node-capacity", type=float, default=3500.0, help="writes/s per node")
-    p.add_argument("--tick", type=float, default=10.0, help="seconds per time step")
+    p.add_argument(
+        "--nodes", type=number(integer=True), default=3, help="nodes of the modelled instance"
+    )
+    p.add_argument("--node-capacity", type=number(), default=3500.0, help="writes/s per node")
+    p.add_argument("--tick", type=number(), default=10.0, help="seconds per time step")
     output_args(p, heatmap=True)
     p.set_defaults(func=cmd_simulate)
 

@@ -6,12 +6,48 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from collections.abc import Callable
 from typing import Any, NoReturn
 
 from sharded_orm.errors import ShardingError
 
 EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
+
+
+def number(
+    integer: bool = False, minimum: float = 0.0, above: bool = True, maximum: float | None = None
+) -> Callable[[str], float]:
+    """An argparse ``type=``: a finite number (an int if ``integer``) above ``minimum`` (at
+    least it, where not ``above``) and at most ``maximum``; else the flag's range, said."""
+    rule = f"> {minimum:g}" if above else f">= {minimum:g}"
+    if maximum is not None:
+        rule += f" and <= {maximum:g}"
+    kind = "a whole number" if integer else "a number"
+
+    def parse(text: str) -> float:
+        try:
+            value: float = int(text) if integer else float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be {kind} {rule}, got {text!r}") from None
+        low = value > minimum if above else value >= minimum
+        if not math.isfinite(value) or not low or (maximum is not None and value > maximum):
+            raise argparse.ArgumentTypeError(f"must be {kind} {rule}, got {text!r}")
+        return value
+
+    parse.__name__ = kind  # argparse names the type by it when it fails otherwise
+    return parse
+
+
+def zipf_exponent(text: str) -> float:
+    """An argparse ``type=`` for a tenant-skew exponent: 0 up to the simulator's
+    ``MAX_ZIPF`` (read when a value is parsed: ``--help`` loads no simulator)."""
+    from sharded_orm.tools.simulate.workload import MAX_ZIPF
+
+    return number(above=False, maximum=MAX_ZIPF)(text)
+
+
+zipf_exponent.__name__ = "a number"
 
 
 class UsageError(ShardingError):
