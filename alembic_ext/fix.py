@@ -7,7 +7,8 @@ revision says exactly what ``alembic revision --autogenerate`` would for that mo
 (markers, ``sa.desc`` parts, the backfill), plus the steps autogenerate leaves to people:
 ``op.copy_table_rows`` / ``op.retire_table`` for a key reshard, the bit-reversed sequence.
 Files are written by Alembic's ``ScriptDirectory`` with the project's own template, after
-its current head; nothing is applied.
+its current head; nothing is applied. Revisions a previous run wrote for the same finding
+(:func:`written_before`) are found in the versions folder, and said, not written again.
 """
 
 from __future__ import annotations
@@ -39,7 +40,10 @@ from .ops import (
 )
 from .render import render_item
 
-__all__ = ["Revision", "render_change", "write_revisions"]
+__all__ = ["PREFIX", "Prior", "Revision", "render_change", "write_revisions", "written_before"]
+
+#: how every revision doctor --fix writes starts its message: then "<pattern> on <name>: "
+PREFIX = "doctor fix: "
 
 
 @dataclass
@@ -52,6 +56,67 @@ class Revision:
     imports: str = ""
     path: Path | None = None
     revision: str | None = None
+
+
+@dataclass
+class Prior:
+    """A revision an earlier ``doctor --fix`` wrote: its id, file, message and whether the
+    database has it (``applied``: True, False, or None when the database was not read)."""
+
+    revision: str
+    path: Path
+    message: str
+    applied: bool | None
+
+    @property
+    def state(self) -> str:
+        return {True: "applied", False: "pending"}.get(self.applied, "pending or applied")  # type: ignore[arg-type]
+
+
+def _what(change: Any) -> str:
+    return f"{change.finding.pattern} on {change.finding.table}"
+
+
+def written_before(config: Any, change: Any) -> list[Prior]:
+    """The revisions in the project's versions folder that an earlier ``doctor --fix`` wrote
+    for ``change``'s finding (the same pattern on the same table or index), oldest first,
+    each said applied or pending where the database (``sqlalchemy.url``) answers."""
+    script = ScriptDirectory.from_config(config)
+    start = f"{PREFIX}{_what(change)}: "
+    found = [
+        sc
+        for sc in script.walk_revisions()
+        if " ".join(str(sc.doc or "").split()).startswith(start)  # Alembic may wrap it
+    ]
+    if not found:
+        return []
+    applied = _applied(config, script)
+    return [
+        Prior(
+            str(sc.revision),
+            Path(sc.path),
+            " ".join(str(sc.doc).split()),
+            None if applied is None else sc.revision in applied,
+        )
+        for sc in reversed(found)
+    ]
+
+
+def _applied(config: Any, script: ScriptDirectory) -> set[str] | None:
+    """Every revision the database is at or past, or None where it cannot be read."""
+    url = config.get_main_option("sqlalchemy.url")
+    if not url:
+        return None
+    try:
+        engine = sa.create_engine(url)
+        try:
+            with engine.connect() as conn:
+                heads = MigrationContext.configure(conn).get_current_heads()
+        finally:
+            engine.dispose()
+    except Exception:  # noqa: BLE001 - any failure to read it: the state is "not known"
+        return None
+    return {sc.revision for sc in script.iterate_revisions(heads, "base")} if heads else set()
 
 
 def _context(dialect: Any) -> MigrationContext:
@@ -99,7 +164,7 @@ def render_change(change: Any, dialect: Any) -> list[Revision]:
     ctx = _context(dialect)
     quote = dialect.identifier_preparer.initial_quote
     kind, table, after = change.kind, change.table, change.after
-    what = f"{change.finding.pattern} on {change.finding.table}"
+    what = _what(change)
     if kind in ("shard_index", "reshard_index"):
         # expand: the new column (backfilled; NOT NULL for a new shard column, which fences
         # old code; nullable for a reshard, whose contract fences by dropping the old one)
@@ -119,12 +184,10 @@ def render_change(change: Any, dialect: Any) -> list[Revision]:
                 )  # fmt: skip
             )
         index = change.new_index.name
-        expand = _pair(
-            ctx, f"doctor fix: {what}: expand", [new_sc, _create_index(change.new_index)]
-        )
+        expand = _pair(ctx, f"{PREFIX}{what}: expand", [new_sc, _create_index(change.new_index)])
         contract = _pair(
             ctx,
-            f"doctor fix: {what}: CONTRACT (apply once every reader uses {index})",
+            f"{PREFIX}{what}: CONTRACT (apply once every reader uses {index})",
             contract_ops,
         )
         return [expand, contract]
@@ -136,13 +199,12 @@ def render_change(change: Any, dialect: Any) -> list[Revision]:
         create = [_create_table(after, quote), *(_create_index(ix) for ix in after.indexes)]
         upgrade = _render(ctx, create, (f"op.copy_table_rows({old!r}, {new!r})",))
         downgrade = _render(ctx, list(reversed([o.reverse() for o in create])))
-        expand = Revision(f"doctor fix: {what}: key reshard to {new}, expand", upgrade, downgrade)
+        expand = Revision(f"{PREFIX}{what}: key reshard to {new}, expand", upgrade, downgrade)
         message = (
             f"{old} is retired into {new}: its rows are gone from {old}; to go back, reshard again"
         )
         contract = Revision(
-            f"doctor fix: {what}: key reshard to {new}, CONTRACT "
-            f"(apply once every writer uses {new})",
+            f"{PREFIX}{what}: key reshard to {new}, CONTRACT (apply once every writer uses {new})",
             f"    op.retire_table({old!r}, successor={new!r})",
             f"    raise NotImplementedError({message!r})",
         )
@@ -161,7 +223,7 @@ def render_change(change: Any, dialect: Any) -> list[Revision]:
         )
         downgrade = f"    op.execute({f'DROP SEQUENCE {prep.quote(seq)}'!r})"
         imports = "from sharded_orm.ids.sequences import SpannerSequence"
-        return [Revision(f"doctor fix: {what}: bit-reversed ids", upgrade, downgrade, imports)]
+        return [Revision(f"{PREFIX}{what}: bit-reversed ids", upgrade, downgrade, imports)]
     raise ShardConfigError(f"no revision for a change of kind {kind!r}")
 
 

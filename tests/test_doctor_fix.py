@@ -288,8 +288,9 @@ def test_generated_code_compiles_for_any_valid_names(
         table,
         B.metadata,
         sa.Column("Id", sa.String(36), primary_key=True),
-        sa.Column(tenant + "Company", sa.String(10)),
-        sa.Column(column, UTCDateTime),
+        # NOT NULL: a nullable source is refused (tests/test_fix_schemas.py)
+        sa.Column(tenant + "Company", sa.String(10), nullable=False),
+        sa.Column(column, UTCDateTime, nullable=False),
         sa.Index(index, tenant + "Company", column),
     )
     rows = [
@@ -345,11 +346,13 @@ def test_cli_fix_writes_prints_and_keeps_the_contract(
     assert "op.create_index('EventsByTimestampSharded'" in out and "nothing was applied" in out
     assert main([*argv, "--format", "json"]) == 1
     data = json.loads(capsys.readouterr().out)
-    assert data["command"] == "doctor" and len(data["summary"]["revisions_written"]) == 2
+    # the second run finds the first's revisions, pending, and writes none (issue 43)
+    assert data["command"] == "doctor" and data["summary"]["revisions_written"] == []
+    assert len(data["summary"]["already_written"]) == 2
     [finding] = data["findings"]
-    assert finding["fix"] == "shard_index" and finding["revisions"][0]["path"]
+    assert finding["fix"] == "shard_index" and finding["already_written"][0]["path"]
     versions = list((tmp_path / "proj" / "migrations" / "versions").glob("*.py"))
-    assert len(versions) == 4  # two runs of an expand and a contract, chained
+    assert len(versions) == 2  # one expand and one contract, chained
     # no project: one line, exit 2
     assert main([*argv[:5], "--fix", "--alembic-ini", str(tmp_path / "none.ini")]) == 2
     err = capsys.readouterr().err.strip().splitlines()

@@ -17,7 +17,10 @@ def add_fix_args(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="write the Alembic revision(s) that remove each finding a schema change can "
         "fix into the project of --alembic-ini (with the model change each assumes beside "
-        "it, <revision>.model.txt) and print them for review; nothing is applied",
+        "it, <revision>.model.txt) and print them for review; nothing is applied. A "
+        "finding whose revisions an earlier --fix wrote (pending or applied) is said, not "
+        "written again; a schema the revisions cannot carry (interleaved, foreign keys, "
+        "named schema, a nullable or commit-timestamp source) is refused with the manual path",
     )
     p.add_argument(
         "--alembic-ini",
@@ -44,5 +47,11 @@ def run_fix(args: argparse.Namespace, diagnosis: Any, models: Any, summary: dict
     report = fix(diagnosis, models, alembic=args.alembic_ini, count=args.count)
     fixes = report.as_dict()["fixes"]
     written = [r["path"] for f in fixes for r in f.get("revisions", ()) if r["path"]]
-    summary = {**summary, "revisions_written": written, "no_migration": len(report.refusals)}
+    before = [r["path"] for f in fixes for r in f.get("already_written", ())]
+    summary = {
+        **summary,
+        "revisions_written": written,
+        "already_written": before,
+        "no_migration": len(report.refusals),
+    }
     emit(args, lambda: envelope("doctor", summary, findings=fixes), report.text)

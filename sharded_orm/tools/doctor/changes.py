@@ -23,6 +23,12 @@ Everything else is refused with what it points at: ``hot_key`` and the ``HOT_ROW
 ``UNISOLATABLE_HOT_ROW`` reasons (the row design), ``LARGE_SCAN_HOT_SPOT`` (scans),
 ``MOVING_HOT_SPOT`` without a key pattern, ``UNSPECIFIED``, and tables the models do not
 declare.
+
+Schemas whose change the revisions cannot carry are refused too, each with the manual path
+(:mod:`.unsupported`): a table in a named schema; a key reshard of a table in an
+interleaved hierarchy (as child or as parent) or in a foreign key (either direction); a new
+ShardedIndex in place of an interleaved index; a shard computed from a nullable column (a
+NULL has no shard) or from a commit-timestamp column (its value exists only at commit).
 """
 
 from __future__ import annotations
@@ -38,12 +44,12 @@ from sharded_orm.errors import ShardConfigError
 from sharded_orm.schema.columns import is_shard_column, shard_column, shard_columns
 from sharded_orm.schema.indexes import ShardedIndex
 from sharded_orm.schema.keys import is_descending
-from sharded_orm.tools.doctor.findings import HotspotFinding
-from sharded_orm.tools.doctor.keys import Catalog, role_of
+from sharded_orm.tools.doctor.findings import MONOTONIC_ROLES, HotspotFinding
+from sharded_orm.tools.doctor.keys import Catalog
+from sharded_orm.tools.doctor.unsupported import unsupported
 from sharded_orm.tools.lint import index_parts
 
 KINDS = ("shard_index", "reshard_index", "key_reshard", "bit_reversed")
-MONOTONIC_ROLES = ("time", "counter", "uuid7")
 
 #: what no migration fixes, by pattern or Spanner reason code, and where to look instead
 NOT_BY_MIGRATION = {
@@ -164,6 +170,26 @@ def _build(
     return sa.Table(name or table.name, md, *cols, *items, info=info, **dict(table.kwargs))
 
 
+def _change_of(
+    f: HotspotFinding, table: sa.Table, index: sa.Index | None, cols: list[Any]
+) -> tuple[str, list[Any]]:
+    """The change a finding becomes, and the columns its shard would be computed from."""
+    if f.pattern == "unsharded_index":
+        roles = [f.role_of(c) for c, _ in cols]
+        mono = next(i for i, r in enumerate(roles) if r in MONOTONIC_ROLES)
+        tenants = [c for c, _ in cols[:mono] if f.role_of(c) == "tenant"]
+        return "shard_index", [*tenants, cols[mono][0]]
+    if f.pattern == "sequence":
+        return "bit_reversed", []
+    if index is not None:
+        _, _, shard_name, _, _ = _index_spec(index)
+        old = next(sc for sc in shard_columns(table) if sc.name == shard_name)
+        return "reshard_index", list(old.sources)
+    pk = [c for c, _ in cols]
+    existing = [sc for sc in shard_columns(table) if sc.column in pk]
+    return "key_reshard", list(existing[0].sources) if existing else pk
+
+
 def _suggested(finding: HotspotFinding, count: int) -> int:
     return max(2 * count, int(math.ceil(finding.peak_score / 50)) * count, 10)
 
@@ -201,12 +227,19 @@ class Planner:
         if found is None:
             return Refusal(finding, NOT_BY_MIGRATION["unknown_table"])
         kind, cols, table = found
-        if finding.pattern == "unsharded_index":
-            return self._shard_index(finding, table, self.catalog.indexes[finding.table], cols)
-        if finding.pattern == "sequence":
+        index = self.catalog.indexes[finding.table] if kind == "index" else None
+        change, sources = _change_of(finding, table, index, cols)
+        why = unsupported(self.metadata, change, table, index, sources)
+        if why is not None:
+            return Refusal(finding, why)
+        if change == "shard_index":
+            assert index is not None
+            return self._shard_index(finding, table, index, cols)
+        if change == "bit_reversed":
             return self._bit_reversed(finding, table, cols)
-        if kind == "index":  # monotonic or tenant_skew on a sharded index
-            return self._reshard_index(finding, table, self.catalog.indexes[finding.table])
+        if change == "reshard_index":  # monotonic or tenant_skew on a sharded index
+            assert index is not None
+            return self._reshard_index(finding, table, index)
         return self._key_reshard(finding, table, cols)
 
     # -- the four changes
@@ -223,9 +256,9 @@ class Planner:
     def _shard_index(
         self, f: HotspotFinding, table: sa.Table, ix: sa.Index, cols: list[Any]
     ) -> ModelChange:
-        roles = [role_of(c) for c, _ in cols]
+        roles = [f.role_of(c) for c, _ in cols]
         mono = next(i for i, r in enumerate(roles) if r in MONOTONIC_ROLES)
-        sources = [c for c, _ in cols[:mono] if role_of(c) == "tenant"] + [cols[mono][0]]
+        sources = [c for c, _ in cols[:mono] if f.role_of(c) == "tenant"] + [cols[mono][0]]
         count = self.count or 10
         taken = set(table.c.keys()) | {c.name for c in table.columns}
         shard = _unique(f"{cols[mono][0].name}ShardId", taken, "shard column name")
@@ -315,7 +348,7 @@ class Planner:
         suffix = str(count) if existing else "Sharded"
         base = _strip_count(table.name, old_count) if existing else table.name
         new_name = _unique(f"{base}{suffix}", self.names, "table name")
-        mono = next(i for i, c in enumerate(pk) if role_of(c) in MONOTONIC_ROLES)
+        mono = next(i for i, c in enumerate(pk) if f.role_of(c) in MONOTONIC_ROLES)
         if existing:
             shard, sources = existing[0].name, [s.name for s in existing[0].sources]
             drop: tuple[str, ...] = (shard,)
@@ -357,7 +390,7 @@ class Planner:
         )  # fmt: skip
 
     def _bit_reversed(self, f: HotspotFinding, table: sa.Table, cols: list[Any]) -> ModelChange:
-        col = next(c for c, _ in cols if role_of(c) == "counter")
+        col = next(c for c, _ in cols if f.role_of(c) == "counter")
         seq = _unique(f"{table.name}{col.name}Sequence", self.names, "sequence name")
         md = sa.MetaData()
         new = _build(table, md, indexes=self._others(table, None))

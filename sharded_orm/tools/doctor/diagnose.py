@@ -26,13 +26,13 @@ from sqlalchemy import Column, MetaData
 from sharded_orm.errors import ShardingError
 from sharded_orm.schema.columns import INFO_KEY
 from sharded_orm.tools.doctor.findings import (
+    MONOTONIC_ROLES,
     DecodedRow,
     Diagnosis,
     EmptyWindowError,
     HotspotFinding,
 )
 from sharded_orm.tools.doctor.groups import (
-    MONOTONIC_ROLES,
     Group,
     Rows,
     value_of,
@@ -212,6 +212,19 @@ def _classify(name: str, group: Group, catalog: Catalog, window: str) -> list[Ho
     return out
 
 
+#: what a key part's values showed, where its declaration did not say it grows
+HELD = {
+    "uuid7": "time-ordered UUIDs (version 1, 6 or 7)",
+    "ulid": "ULIDs (time-ordered)",
+    "time_prefix": "values led by a time",
+}
+
+
+def _held(role: str, col: Column[Any]) -> str:
+    """`` (its split keys hold ...)`` where the values, not the declaration, show growth."""
+    return f" (its split keys hold {HELD[role]})" if role in HELD and role_of(col) != role else ""
+
+
 def _classify_range(
     catalog: Catalog,
     name: str,
@@ -221,7 +234,7 @@ def _classify_range(
     rows: Rows,
     window: str,
 ) -> HotspotFinding:
-    roles = [role_of(c) for c, _ in cols]
+    roles = rows.roles(cols)  # declared, or what the split keys hold
     mono = next((i for i, r in enumerate(roles) if r in MONOTONIC_ROLES), None)
     shard_pos = 0 if roles and roles[0] == "shard" else None
     tenant_pos = next((i for i, r in enumerate(roles) if r == "tenant"), None)
@@ -233,7 +246,11 @@ def _classify_range(
         if top_tenant is None or t == top_tenant:
             shard_load[v] += score
     hottest_shard = shard_load.most_common(1)[0][0] if shard_load else None
-    common = dict(base_table=table.name, shards=shards)
+    common = dict(
+        base_table=table.name,
+        shards=shards,
+        roles={c.name: r for (c, _), r in zip(cols, roles, strict=True)},
+    )
     if mono is None:
         reasons = sorted(rows.reasons)
         return _finding(
@@ -251,6 +268,7 @@ def _classify_range(
         )
     mcol = cols[mono][0]
     hot_col = mcol.name
+    said = hot_col + _held(roles[mono], mcol)  # the column, and why it grows
     sources = (
         [_attr(catalog, cols[tenant_pos][0])]
         if tenant_pos is not None and tenant_pos < mono
@@ -295,7 +313,7 @@ def _classify_range(
             name,
             kind,
             "monotonic",
-            f"every shard of {scol.name} is hot where new rows go ({hot_col} grows): {count} "
+            f"every shard of {scol.name} is hot where new rows go ({said} grows): {count} "
             f"shards are too few for the write rate. {reshard[0].upper()}{reshard[1:]}.",
             rows,
             window,
@@ -312,7 +330,7 @@ def _classify_range(
             name,
             kind,
             "unsharded_index",
-            f"index {name} has no shard column and {hot_col} "
+            f"index {name} has no shard column and {said} "
             + ("leads it" if mono == 0 else f"follows {', '.join(c.name for c, _ in cols[:mono])}")
             + ": every insert lands at the same end of "
             + (
@@ -349,9 +367,9 @@ def _classify_range(
         fix = (
             f"the key of {table.name} "
             + (
-                f"starts with {hot_col}"
+                f"starts with {said}"
                 if mono == 0
-                else f"has {hot_col} after " + ", ".join(c.name for c, _ in cols[:mono])
+                else f"has {said} after " + ", ".join(c.name for c, _ in cols[:mono])
             )
             + ", which grows with time: every insert goes to the same end"
             + (f" (of tenant {tenant!r}'s keys)" if tenant is not None else "")

@@ -6,9 +6,15 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
+from sqlalchemy import Column
+
 from sharded_orm.errors import ShardingError
-from sharded_orm.tools.doctor.keys import Key
+from sharded_orm.tools.doctor.keys import Key, role_of
 from sharded_orm.tools.doctor.sources import INTERVAL_SECONDS, VIEWS, SplitRow
+
+#: key part roles that grow with time: a timestamp, a plain counter, a time-ordered UUID
+#: (version 1, 6, 7), a ULID, text led by a time
+MONOTONIC_ROLES = ("time", "counter", "uuid7", "ulid", "time_prefix")
 
 
 class EmptyWindowError(ShardingError):
@@ -35,6 +41,19 @@ class HotspotFinding:
     keys: list[str] = field(default_factory=list)  # sample split starts
     #: Spanner's UNSPLITTABLE_REASONS over the finding's rows (HOT_ROW, MOVING_HOT_SPOT...)
     reasons: list[str] = field(default_factory=list)
+    #: each key column's role as doctor classified it: from its declaration, or from what
+    #: the split keys hold (a UUID's version nibble, a ULID, a time-led text)
+    roles: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def growing_role(self) -> str | None:
+        """The role of the growing part (``column``): time, counter, uuid7, ulid..."""
+        return self.roles.get(self.column) if self.column else None
+
+    def role_of(self, col: Column[Any]) -> str:
+        """``col``'s role as this finding saw it (what its keys held), else as declared:
+        what ``--fix`` must use to find the growing part."""
+        return self.roles.get(col.name) or role_of(col)
 
     def as_dict(self) -> dict[str, Any]:
         tenant = (
@@ -56,6 +75,8 @@ class HotspotFinding:
             "fix": self.fix,
             "split_starts": self.keys,
             "unsplittable_reasons": self.reasons,
+            "growing_role": self.growing_role,
+            "key_roles": dict(self.roles),
         }
 
 

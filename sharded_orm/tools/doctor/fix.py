@@ -5,7 +5,8 @@ Alembic with the library's renderers (``alembic_ext.fix``) and, given the projec
 configuration, written into its versions folder after its head, each with the model change
 it assumes beside it (``<revision file>.model.txt``): apply both, and ``alembic check`` is
 clean. Nothing is applied: the revisions are printed for review. Findings no migration
-fixes are listed with what they point at.
+fixes, and schemas the revisions cannot carry, are listed with what they point at. A
+finding whose revisions an earlier run wrote (pending or applied) is said, not written again.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ class FixReport:
     refusals: list[Refusal]
     #: per change, its revisions (``alembic_ext.fix.Revision``: message, upgrade, path...)
     revisions: list[list[Any]] = field(default_factory=list)
+    #: changes an earlier run already wrote, with those revisions (``alembic_ext.fix.Prior``)
+    already: list[tuple[ModelChange, list[Any]]] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         out: list[dict[str, Any]] = []
@@ -52,6 +55,22 @@ class FixReport:
                     ],
                 }
             )
+        for change, prior in self.already:
+            out.append(
+                {
+                    **change.finding.as_dict(),
+                    "fix": change.kind,
+                    "already_written": [
+                        {
+                            "message": r.message,
+                            "revision": r.revision,
+                            "path": str(r.path),
+                            "state": r.state,
+                        }
+                        for r in prior
+                    ],
+                }
+            )
         for refusal in self.refusals:
             out.append({**refusal.finding.as_dict(), "fix": None, "no_migration": refusal.reason})
         return {"fixes": out}
@@ -70,6 +89,26 @@ class FixReport:
                 lines.append(r.upgrade)
                 lines.append("def downgrade():")
                 lines.append(r.downgrade)
+            lines.append("")
+        for change, prior in self.already:
+            f = change.finding
+            lines.append(
+                f"== {f.table}: {f.pattern} -> {change.kind}: already written by doctor --fix"
+            )
+            for r in prior:
+                lines.append(f"-- revision {r.revision} ({r.state}): {r.message} -> {r.path}")
+            pending = [r for r in prior if r.applied is not True]
+            if pending:
+                lines.append(
+                    "  nothing new was written: apply these (alembic upgrade; a reshard: the "
+                    "expand, deploy, then the contract) with the model change beside each "
+                    "(<revision>.model.txt), or delete their files to have them written again"
+                )
+            else:
+                lines.append(
+                    "  nothing new was written: they are applied; if the models are not "
+                    "changed yet, apply the model change beside each (<revision>.model.txt)"
+                )
             lines.append("")
         for refusal in self.refusals:
             f = refusal.finding
@@ -121,8 +160,13 @@ def fix(
             changes.append(planned)
     config = _config(alembic) if alembic is not None else None
     render = importlib.import_module("alembic_ext.fix")
+    already: list[tuple[ModelChange, list[Any]]] = []
+    if config is not None:  # what an earlier run wrote is said, not written again
+        prior = [(change, render.written_before(config, change)) for change in changes]
+        already = [(change, revs) for change, revs in prior if revs]
+        changes = [change for change, revs in prior if not revs]
     dialect = _dialect() if changes else None
-    report = FixReport(changes, refusals)
+    report = FixReport(changes, refusals, already=already)
     # every revision rendered before the first is written: a refusal writes nothing
     report.revisions = [render.render_change(change, dialect) for change in changes]
     if config is not None:

@@ -7,10 +7,13 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from sharded_orm.tools.doctor.findings import DecodedRow
-from sharded_orm.tools.doctor.keys import Catalog, Key, role_of
+from sqlalchemy import Column
 
-MONOTONIC_ROLES = ("time", "counter", "uuid7")
+from sharded_orm.tools.doctor.findings import MONOTONIC_ROLES, DecodedRow
+from sharded_orm.tools.doctor.keys import VALUE_ROLES, Catalog, Key, role_of
+
+#: the share of a key part's values that must show one role for the column to take it
+ROLE_SHARE = 0.9
 HOT_ROW_REASONS = {"HOT_ROW", "UNISOLATABLE_HOT_ROW"}
 
 
@@ -31,6 +34,8 @@ class Rows:
         self.shards: set[Any] = set()
         self.tenant_shard: Counter[tuple[Any, Any]] = Counter()  # score by (tenant, shard)
         self.end_tenant: Counter[tuple[Any, Any]] = Counter()  # score by (end, tenant)
+        #: per key position, the roles its values showed (a UUID's version, a ULID...)
+        self.part_roles: list[Counter[str]] = []
 
     def add(self, r: DecodedRow) -> None:
         row = r.row
@@ -44,14 +49,41 @@ class Rows:
         if len(self.starts) < 5 and row.split_start not in self.starts:
             self.starts.append(row.split_start)
         self.reasons.update(row.unsplittable_reasons)
-        tenant = located(r, "tenant", self.desc)
-        shard = located(r, "shard", self.desc)
+        for key in (r.start, r.limit):
+            if key.name != r.space.name:
+                continue
+            for i, part in enumerate(key.parts):
+                if part.value is None:
+                    continue
+                while len(self.part_roles) <= i:
+                    self.part_roles.append(Counter())
+                self.part_roles[i][part.role] += 1
+        # the growing part is the first the values show growing (DESC: new rows go first)
+        desc = next((p.descending for p in r.start.parts if p.role in MONOTONIC_ROLES), self.desc)
+        tenant = located(r, "tenant", desc)
+        shard = located(r, "shard", desc)
         if tenant is not None:
             self.tenants[tenant] += 1
         if shard is not None:
             self.shards.add(shard)
             self.tenant_shard[(tenant, shard)] += row.cpu_usage_score
         self.end_tenant[(row.interval_end, tenant)] += row.cpu_usage_score
+
+    def roles(self, cols: list[tuple[Column[Any], bool]]) -> list[str]:
+        """Each key column's role: its declaration's, or what its values in these rows
+        showed (``ROLE_SHARE`` of them), for a column whose declaration does not say
+        (a UUID or text key filled by an application's helper)."""
+        out: list[str] = []
+        for i, (col, _) in enumerate(cols):
+            declared = role_of(col)
+            seen = self.part_roles[i] if i < len(self.part_roles) else Counter()
+            total = sum(seen.values())
+            if declared in VALUE_ROLES and total:
+                role, n = seen.most_common(1)[0]
+                if n >= ROLE_SHARE * total:
+                    declared = role
+            out.append(declared)
+        return out
 
 
 def located(r: DecodedRow, role: str, desc: bool) -> Any:

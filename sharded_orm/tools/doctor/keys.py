@@ -110,7 +110,8 @@ class KeyPart:
 
     column: str
     value: Any
-    #: shard, tenant, time, counter, bit_reversed, uuid4, uuid7, user, random, constant
+    #: shard, tenant, time, counter, bit_reversed, uuid4, uuid7, ulid, time_prefix, user,
+    #: random, constant (a UUID, ULID or time-led text: from the value itself)
     role: str
     descending: bool = False
     #: for a bit-reversed INT64: the sequence number it came from
@@ -244,13 +245,79 @@ def _decode_part(text: str, col: Column[Any], desc: bool, value: Any) -> KeyPart
             f"malformed split key {text!r}: {raw!r} is not a {type(t).__name__} value for "
             f"column {col.name}"
         ) from None
-    if role in ("uuid4", "uuid7", "user", "random") and isinstance(v, str):
-        try:
-            version = uuid.UUID(v).version
-        except ValueError:
-            version = None
-        if version in (1, 6, 7):
-            role = "uuid7"
-        elif version == 4 and role != "user":
-            role = "uuid4"
+    if role in VALUE_ROLES:
+        seen = value_role(v)
+        if seen is not None and (role != "user" or seen in TIME_ORDERED):
+            role = seen
     return KeyPart(col.name, v, role, desc, sequence)
+
+
+#: the roles a column's declaration guesses that the values it holds may correct (a UUID or
+#: string key filled by an application helper whose name says nothing)
+VALUE_ROLES = ("uuid4", "uuid7", "user", "random")
+#: roles of values that grow with time (each names how doctor saw it)
+TIME_ORDERED = ("uuid7", "ulid", "time_prefix")
+_CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+_ULID = re.compile(r"[0-7][0-9A-HJKMNP-TV-Z]{25}", re.IGNORECASE)
+_DATE_PREFIX = re.compile(
+    r"(\d{4})-?(\d{2})-?(\d{2})(?:[T _-]?(\d{2}):?(\d{2})(?::?(\d{2}))?)?(?![0-9])"
+)
+_EPOCH_PREFIX = re.compile(r"(\d{10}|\d{13}|\d{16}|\d{19})(?![0-9])")
+#: the years a time-ordered id may encode (a random value rarely decodes into them)
+_YEARS = (2000, 2100)
+
+
+def _plausible(seconds: float) -> bool:
+    low = dt.datetime(_YEARS[0], 1, 1, tzinfo=dt.timezone.utc).timestamp()
+    high = dt.datetime(_YEARS[1], 1, 1, tzinfo=dt.timezone.utc).timestamp()
+    return low <= seconds < high
+
+
+def _uuid_role(u: uuid.UUID) -> str | None:
+    if u.variant != uuid.RFC_4122:
+        return None
+    if u.version in (1, 6, 7):
+        return "uuid7"  # time-ordered (v7: Unix ms first; v1/v6: a 60-bit clock)
+    return "uuid4" if u.version == 4 else None
+
+
+def value_role(value: Any) -> str | None:
+    """What a key part's value shows by its shape, or None: ``uuid7`` (a UUID whose version
+    nibble is 1, 6 or 7: time-ordered), ``uuid4`` (version 4: random), ``ulid`` (26
+    Crockford base-32 characters led by a 48-bit millisecond time in 2000-2100),
+    ``time_prefix`` (text led by a date, a date-time or Unix seconds, ms, us or ns in
+    2000-2100). A value decides nothing alone: doctor takes a column's role from most of
+    the values the hot splits show."""
+    if isinstance(value, uuid.UUID):
+        return _uuid_role(value)
+    if isinstance(value, bytes):
+        return _uuid_role(uuid.UUID(bytes=value)) if len(value) == 16 else None
+    if not isinstance(value, str):
+        return None
+    text = value.strip()
+    if len(text) in (32, 36, 38, 45):  # hex, dashed, {braced}, urn:uuid:
+        try:
+            return _uuid_role(uuid.UUID(text))
+        except ValueError:
+            pass
+    if len(text) == 26 and _ULID.fullmatch(text):
+        ms = 0
+        for ch in text[:10].upper():
+            ms = ms * 32 + _CROCKFORD.index(ch)
+        if _plausible(ms / 1000):
+            return "ulid"
+    m = _DATE_PREFIX.match(text)
+    if m:
+        y, mo, d, hh, mm, ss = (int(g) if g else 0 for g in m.groups())
+        try:
+            when = dt.datetime(y, mo, d, hh, mm, ss, tzinfo=dt.timezone.utc)
+        except ValueError:
+            when = None
+        if when is not None and _plausible(when.timestamp()):
+            return "time_prefix"
+    m = _EPOCH_PREFIX.match(text)
+    if m:
+        digits = m.group(1)
+        if _plausible(int(digits) / 10 ** (len(digits) - 10)):
+            return "time_prefix"
+    return None

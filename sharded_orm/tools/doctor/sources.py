@@ -8,10 +8,11 @@ none of them.
 
 from __future__ import annotations
 
-import csv
+import ast
 import datetime as dt
 import json
 import os
+import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +20,7 @@ from typing import Any
 
 from sharded_orm.checks import render_url, shown
 from sharded_orm.errors import ShardConfigError, ShardingError, ShardTypeError, ShardValueError
+from sharded_orm.tools.doctor.exports import REQUIRED, checked_file, rows_from_file
 from sharded_orm.tools.doctor.keys import parse_timestamp
 
 VIEWS = {
@@ -28,12 +30,13 @@ VIEWS = {
 }
 #: seconds per interval of each view
 INTERVAL_SECONDS = {"minute": 60, "10minute": 600, "hour": 3600}
-REQUIRED = ("INTERVAL_END", "SPLIT_START", "SPLIT_LIMIT", "CPU_USAGE_SCORE")
 EMULATOR_MESSAGE = (
     "the Spanner emulator has no hot-split statistics (SPANNER_SYS.SPLIT_STATS_TOP_*) and "
     "no load-based splitting: run `sharded-orm simulate` against your models to see where "
     "writes would land, or export the statistics from a real instance (console or `gcloud "
-    "spanner databases execute-sql`) and pass the CSV or JSON file to `sharded-orm doctor`"
+    'spanner databases execute-sql --sql="SELECT * FROM SPANNER_SYS.SPLIT_STATS_TOP_MINUTE" '
+    "--format=json`) and pass the file (gcloud's JSON or table, or a CSV) to `sharded-orm "
+    "doctor`"
 )
 
 
@@ -79,26 +82,77 @@ def _timestamp(value: Any, where: str) -> dt.datetime:
     raise ShardValueError(f"{where}: INTERVAL_END {value!r} is not a timestamp")
 
 
+_QUOTED = re.compile(r"""\s*('(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")\s*(?:,|$)""")
+
+
 def _names(value: Any) -> tuple[str, ...]:
-    if value is None or value == "":
+    """An ARRAY<STRING> column as exported: a list (JSON), JSON text (``["a", "b"]``), the
+    text gcloud's table prints (``['a', 'b']``), or names separated by commas."""
+    if value is None or value == "" or value == "None":
         return ()
     if isinstance(value, str):
         text = value.strip()
-        if text.startswith("["):
+        if text.startswith("[") and text.endswith("]"):
             try:
                 loaded = json.loads(text)
-            except ValueError:
-                text = text.strip("[]")
+            except (ValueError, RecursionError):
+                inner = text[1:-1]
+                quoted = list(_QUOTED.finditer(inner))
+                if quoted and quoted[-1].end() == len(inner):
+                    return tuple(ast.literal_eval(m.group(1)) for m in quoted)
+                text = inner
             else:
-                return tuple(str(v) for v in loaded)
+                if isinstance(loaded, list):
+                    return tuple(str(v) for v in loaded)
         return tuple(p.strip().strip('"') for p in text.split(",") if p.strip())
     return tuple(str(v) for v in value)
+
+
+#: the documented range of each numeric column (Spanner, "Split statistics": CPU_USAGE_SCORE
+#: is an INT64 percentage of the split's load that the server's resources constrain; the
+#: views have no other numeric column)
+RANGES = {"CPU_USAGE_SCORE": (0, 100)}
+
+
+def _integer(upper: Mapping[str, Any], column: str, where: str) -> int:
+    """``column``'s value as an int within its documented range, or one line naming the row,
+    the column, the value and the range."""
+    low, high = RANGES[column]
+    value = upper[column]
+    expect = f"an integer from {low} to {high}"
+    try:
+        if isinstance(value, bool) or value is None:
+            raise ValueError(value)
+        number = float(value) if not isinstance(value, int) else value
+        if isinstance(number, float):
+            if not number.is_integer():
+                raise ShardValueError(
+                    f"{where}: {column} {value!r} is not an integer: Spanner's {column} is "
+                    f"{expect} (a percentage); fix the row or export it again"
+                )
+            number = int(number)
+    except (TypeError, ValueError, OverflowError):
+        raise ShardValueError(
+            f"{where}: {column} {value!r} is not a number: Spanner's {column} is {expect} "
+            "(a percentage); fix the row or export it again"
+        ) from None
+    if not low <= number <= high:
+        raise ShardValueError(
+            f"{where}: {column} {value!r} is outside its range {low}-{high}: Spanner's "
+            f"{column} is a percentage of the split's load, so this row is not Spanner's "
+            "(edited or from another tool): fix the row or export it again"
+        )
+    return number
 
 
 def split_row(row: Mapping[str, Any], where: str) -> SplitRow:
     """A dict keyed by the view's column names (any case) as a :class:`SplitRow`."""
     if not isinstance(row, Mapping):
-        raise ShardTypeError(f"{where}: expected a dict keyed by column names, got {row!r}")
+        raise ShardTypeError(
+            f"{where}: expected a row keyed by column names (a JSON object, a CSV line under "
+            f"its header, or a row of `gcloud spanner databases execute-sql --format=json` "
+            f"with its metadata), got {shown_value(row)}"
+        )
     upper = {str(k).upper(): v for k, v in row.items()}
     missing = [c for c in REQUIRED if c not in upper]
     if missing:
@@ -106,12 +160,7 @@ def split_row(row: Mapping[str, Any], where: str) -> SplitRow:
             f"{where}: missing column(s) {', '.join(missing)}; rows need the split statistics "
             f"columns {', '.join(REQUIRED)} (and AFFECTED_TABLES, UNSPLITTABLE_REASONS)"
         )
-    try:
-        score = int(float(upper["CPU_USAGE_SCORE"]))
-    except (TypeError, ValueError, OverflowError):
-        raise ShardValueError(
-            f"{where}: CPU_USAGE_SCORE {upper['CPU_USAGE_SCORE']!r} is not a number"
-        ) from None
+    score = _integer(upper, "CPU_USAGE_SCORE", where)
     return SplitRow(
         _timestamp(upper["INTERVAL_END"], where),
         str(upper["SPLIT_START"]),
@@ -123,147 +172,10 @@ def split_row(row: Mapping[str, Any], where: str) -> SplitRow:
     )
 
 
-#: the largest export doctor reads (a minute view keeps at most 100 rows per interval)
-MAX_FILE_BYTES = 512 << 20
-#: the largest row of a JSON export (a row is a few hundred bytes)
-MAX_ROW_CHARS = 1 << 20
-_CHUNK = 1 << 16
-
-
-def _not_utf8(p: Path, exc: UnicodeDecodeError) -> ShardValueError:
-    return ShardValueError(
-        f"{str(p)!r} is not UTF-8 text (byte {exc.object[exc.start]:#04x} near offset "
-        f"{exc.start} of a block): export the statistics as UTF-8 CSV or JSON"
-    )
-
-
-def _checked(path: str | Path) -> Path:
-    p = Path(path)
-    if not p.is_file():
-        raise ShardConfigError(f"no such file: {str(p)!r} (give a CSV or JSON export)")
-    size = p.stat().st_size
-    if size > MAX_FILE_BYTES:
-        raise ShardValueError(
-            f"{str(p)!r} is {size:,} bytes, more than doctor reads ({MAX_FILE_BYTES:,}): "
-            "export a shorter window (--since, or a WHERE INTERVAL_END >= ... in the export)"
-        )
-    return p
-
-
-def rows_from_file(path: str | Path) -> Iterator[dict[str, Any]]:
-    """Rows exported as CSV (a header of column names) or JSON (a list of objects), read
-    as a stream: memory holds one block and one row, whatever the file's size."""
-    p = _checked(path)
-    try:
-        with p.open(encoding="utf-8-sig", newline="") as f:
-            head = f.read(1)
-            while head.isspace():
-                head = f.read(1)
-            f.seek(0)
-            if p.suffix.lower() == ".json" or head in ("[", "{"):
-                yield from _json_rows(p, f)
-            else:
-                yield from _csv_rows(p, f)
-    except UnicodeDecodeError as exc:
-        raise _not_utf8(p, exc) from None
-
-
-def _csv_rows(p: Path, f: Any) -> Iterator[dict[str, Any]]:
-    try:
-        for i, row in enumerate(csv.DictReader(f)):
-            if None in row or None in row.values():  # a short or long line: a truncated file
-                raise ShardValueError(
-                    f"{str(p)!r} line {i + 2}: {len([v for v in row.values() if v is not None])}"
-                    " fields where the header has a different number (a truncated or edited "
-                    "export?)"
-                )
-            yield row
-    except csv.Error as exc:
-        raise ShardValueError(f"{str(p)!r} is not a readable CSV export: {exc}") from None
-
-
-def _json_rows(p: Path, f: Any) -> Iterator[Any]:
-    """The objects of a JSON list, decoded one at a time (``raw_decode`` over a buffer of
-    blocks); an export that is one object (``{"rows": [...]}``) is read whole."""
-    buf = f.read(_CHUNK).lstrip()
-    if not buf:
-        raise ShardValueError(f"{str(p)!r} is empty: not a JSON export (truncated?)")
-    if buf[0] != "[":
-        yield from _json_whole(p, buf + f.read())
-        return
-    decoder = json.JSONDecoder()
-    pos, done = 1, False
-
-    def more() -> bool:
-        nonlocal buf, pos
-        chunk = f.read(_CHUNK)
-        buf, pos = buf[pos:] + chunk, 0
-        return bool(chunk)
-
-    while True:
-        while True:  # the next non-space character
-            while pos < len(buf) and buf[pos].isspace():
-                pos += 1
-            if pos < len(buf) or not more():
-                break
-        if pos >= len(buf):
-            raise ShardValueError(f"{str(p)!r} is not valid JSON (truncated?): no closing ]")
-        if buf[pos] == "]" and not done:
-            pos += 1
-            break
-        while True:
-            try:
-                obj, end = decoder.raw_decode(buf, pos)
-            except RecursionError:
-                raise ShardValueError(
-                    f"{str(p)!r} is nested too deeply to be a split statistics export "
-                    "(a JSON list of row objects)"
-                ) from None
-            except ValueError as exc:
-                if len(buf) - pos > MAX_ROW_CHARS:
-                    raise ShardValueError(
-                        f"{str(p)!r}: a row of more than {MAX_ROW_CHARS:,} characters, or not "
-                        f"valid JSON: {exc}"
-                    ) from None
-                if more():
-                    continue
-                raise ShardValueError(f"{str(p)!r} is not valid JSON (truncated?): {exc}") from None
-            break
-        yield obj
-        pos, done = end, True
-        while True:  # "," or "]"
-            while pos < len(buf) and buf[pos].isspace():
-                pos += 1
-            if pos < len(buf) or not more():
-                break
-        if pos < len(buf) and buf[pos] == ",":
-            pos += 1
-            done = False
-            continue
-        if pos < len(buf) and buf[pos] == "]":
-            pos += 1
-            break
-        raise ShardValueError(f"{str(p)!r} is not valid JSON (truncated?): expected , or ]")
-    rest = buf[pos:] + f.read(_CHUNK)
-    if rest.strip():
-        raise ShardValueError(f"{str(p)!r} is not valid JSON: text after the list")
-
-
-def _json_whole(p: Path, text: str) -> Iterator[Any]:
-    try:
-        data = json.loads(text)
-    except RecursionError:
-        raise ShardValueError(
-            f"{str(p)!r} is nested too deeply to be a split statistics export "
-            "(a JSON list of row objects)"
-        ) from None
-    except ValueError as exc:
-        raise ShardValueError(f"{str(p)!r} is not valid JSON (truncated?): {exc}") from None
-    if isinstance(data, dict):
-        data = data.get("rows", data.get("results", [data]))
-    if not isinstance(data, list):
-        raise ShardValueError(f"{str(p)!r}: expected a JSON list of rows")
-    yield from data
+def shown_value(value: Any) -> str:
+    """``value`` for an error line: its repr, cut to 120 characters."""
+    text = repr(value)
+    return text if len(text) <= 120 else text[:117] + "..."
 
 
 def _is_emulator(engine: Any) -> bool:
@@ -327,7 +239,7 @@ def load_rows(source: Any, window: str, since: dt.datetime | None) -> Iterator[S
                 f"{shown(text)} is a URL: doctor takes an Engine (sqlalchemy.create_engine(url)) "
                 "or, on the command line, a spanner+spanner:// URL"
             )
-        _checked(source)
+        checked_file(source)
         raw = rows_from_file(source)
     elif isinstance(source, Iterable) and not isinstance(source, Mapping):
         raw = source
