@@ -1,10 +1,13 @@
 """What the telemetry costs where nothing, or nothing much, reads it (issue 35).
 
 Two workloads on SQLite, timed as CPU time: ``merged()``, the newest 20 rows of 16 shards
-through a Session, and an ORM flush of 50 new objects of a sharded model. Each round is a
-child process that switches between four modes in 30 inner rounds of short runs (each
-mode once a round, the order alternating), so that the modes share the process's memory
-layout and warm caches and a slow moment of the machine falls on all of them:
+through a Session, and an ORM flush of 50 new objects of a sharded model; and the
+telemetry alone: one operation (``merged``'s span with its figures and its duration),
+whose CPU time beyond the no-op hooks is what one recorded operation costs (issue 44).
+Each round is a child process that switches between four modes in 30 inner rounds of
+short runs (each mode once a round, the order alternating), so that the modes share the
+process's memory layout and warm caches and a slow moment of the machine falls on all
+of them:
 
 - ``none``: the library without its telemetry: the spans' and the skew counter's hooks
   replaced by bare no-ops (the baseline);
@@ -143,7 +146,21 @@ def timed(fn, n):
 
 INNER = 30
 MODES = ("none", "api", "sampled", "sdk")
-print(json.dumps({"merged()": timed(reads, ops), "ORM flush": timed(flushes, max(1, ops // 4))}))
+FIGURES = merge.MergeStats().figures()
+
+
+def operations(n):
+    # the telemetry alone: one operation with merged()'s figures, nothing read
+    for _ in range(n):
+        with merge.operation("merged", engine, "Events", shards=16, limit=20) as op:
+            op.set_all(FIGURES)
+
+
+print(json.dumps({
+    "merged()": timed(reads, ops),
+    "ORM flush": timed(flushes, max(1, ops // 4)),
+    "operation": timed(operations, ops * 25),
+}))
 """
 
 MODES = ("none", "api", "sampled", "sdk")
@@ -164,13 +181,31 @@ def main() -> None:
     args = parser.parse_args()
     ratios: dict[tuple[str, str], list[float]] = {}
     best: dict[tuple[str, str], float] = {}
+    per_op: dict[str, list[float]] = {mode: [] for mode in MODES}
     for _ in range(args.rounds):  # a process a round, the modes interleaved inside it
         for work, found in run(args.ops).items():
+            if work == "operation":
+                for mode in MODES:
+                    per_op[mode].append(found["best"][mode])
+                continue
             for mode in MODES:
                 key = (mode, work)
                 best[key] = min(best.get(key, found["best"][mode]), found["best"][mode])
                 if mode != "none":
                     ratios.setdefault(key, []).append(found[mode])
+    # what one recorded operation costs by itself: its CPU time beyond the no-op hooks'
+    costs = {
+        mode: [1e6 * (b - a) for a, b in zip(per_op["none"], per_op[mode], strict=True)]
+        for mode in MODES[1:]
+    }
+    print(
+        "one operation (span, figures, duration), CPU us beyond no telemetry, "
+        "min / median / max over processes: "
+        + "; ".join(
+            f"{mode} {min(c):.1f} / {statistics.median(c):.1f} / {max(c):.1f}"
+            for mode, c in costs.items()
+        )
+    )
     print(
         f"{args.rounds} processes x 30 interleaved inner rounds, CPU time; ratio to 'none' "
         "(each process's median of its rounds' ratios: min / median / max over processes)"

@@ -4,6 +4,7 @@ durations; and how a refused value is shown in a message (a URL without its pass
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any, TypeGuard
 
 from sharded_orm.errors import ShardConfigError, ShardTypeError
@@ -98,19 +99,51 @@ def check_positive_int(value: object, what: str) -> int:
 _URL_PASSWORD = re.compile(r"(?P<head>[\w+.-]+://[^:/@]*:)(?P<password>[^@]*)(?=@)")
 
 
+# a query parameter that can carry a secret (``?password=``, ``&auth_token=``, ...)
+_SECRET_KEY = re.compile(r"pass|pwd|secret|token|key|credential|auth", re.IGNORECASE)
+# such a parameter in a URL string: its name and value
+_QUERY_SECRET = re.compile(r"(?P<head>[?&;](?P<key>[^=&#;]*)=)(?P<value>[^&#;]*)")
+
+
+def _hidden_query(text: str) -> str:
+    """``text`` with the value of every query parameter named like a secret as ``***``."""
+    return _QUERY_SECRET.sub(
+        lambda m: m["head"] + "***" if _SECRET_KEY.search(m["key"]) else m[0], text
+    )
+
+
 def render_url(url: object) -> str:
-    """``url`` (a string or a SQLAlchemy ``URL``) for a message or a log line, its password
-    hidden: SQLAlchemy's ``render_as_string(hide_password=True)``. A string SQLAlchemy
-    cannot parse (a bad port, say) has the part it would take as the password hidden."""
+    """``url`` (a string or a SQLAlchemy ``URL``) for a message or a log line, its
+    passwords hidden: SQLAlchemy's ``render_as_string(hide_password=True)`` for the
+    password after the user name, and ``***`` for every query parameter named like a
+    secret (``?password=``, ``&token=``, ...). A string SQLAlchemy cannot parse (a bad
+    port, say) has the parts it would take as those hidden."""
     from sqlalchemy.engine import URL, make_url
 
-    if isinstance(url, URL):
-        return url.render_as_string(hide_password=True)
-    text = str(url)
-    try:
-        return make_url(text).render_as_string(hide_password=True)
-    except Exception:  # not a URL SQLAlchemy reads: hide what would be the password
-        return _URL_PASSWORD.sub(r"\g<head>***", text)
+    if not isinstance(url, URL):
+        text = str(url)
+        try:
+            url = make_url(text)
+        except Exception:  # not a URL SQLAlchemy reads: hide what would be the passwords
+            return _hidden_query(_URL_PASSWORD.sub(r"\g<head>***", text))
+    return _hidden_query(url.render_as_string(hide_password=True))
+
+
+def _query_secrets(url: object) -> set[str]:
+    """The values of ``url``'s query parameters named like a secret (as typed and read)."""
+    from urllib.parse import unquote, unquote_plus
+
+    found: set[str] = set()
+    query = getattr(url, "query", None)
+    if isinstance(query, Mapping):
+        for key, value in query.items():
+            if _SECRET_KEY.search(str(key)):
+                found |= {value} if isinstance(value, str) else {str(v) for v in value}
+    if isinstance(url, str):
+        for m in _QUERY_SECRET.finditer(url):
+            if _SECRET_KEY.search(m["key"]):
+                found |= {m["value"], unquote(m["value"]), unquote_plus(m["value"])}
+    return found
 
 
 def shown(value: object, limit: int = 80) -> str:
@@ -135,6 +168,7 @@ def redact(text: str, *urls: object) -> str:
         typed = _URL_PASSWORD.match(str(url)) if isinstance(url, str) else None
         if typed:
             secrets |= {typed["password"], unquote(typed["password"])}
+        secrets |= _query_secrets(url)
     for secret in list(secrets):
         secrets |= {quote(secret, safe=""), quote_plus(secret), repr(secret)[1:-1]}
     for secret in sorted(secrets, key=len, reverse=True):

@@ -200,9 +200,9 @@ def _entry_columns(table: Any, index: Any) -> list[str]:
     keys = [c.key for c in index.columns]
     key = [c.key for c in table.primary_key.columns if c.key not in keys]
     by_name = {c.name: c.key for c in table.columns}
-    storing = [
-        by_name.get(str(n), str(n)) for n in index.dialect_kwargs.get("spanner_storing") or ()
-    ]
+    # dialect_options.get: an index declared with no spanner_* option loads no Spanner client
+    spanner = index.dialect_options.get("spanner", {})
+    storing = [by_name.get(str(n), str(n)) for n in spanner.get("storing") or ()]
     return keys + key + storing
 
 

@@ -50,11 +50,12 @@ def test_a_sequence_refill_is_a_span(otel: Recorded) -> None:
     seq = TableSequence(engine, "tickets", block_size=3)
     seq.create_table()
     assert [seq.next_id() for _ in range(7)] == [1, 2, 3, 4, 5, 6, 7]
-    spans = otel.spans("sequence.refill")
+    spans = otel.spans("sequence.refill Sequences")  # the table it reserves in
     assert len(spans) == 3  # 3 + 3 + 1 of the third block
     assert [_attrs(s)["sharded_orm.block_size"] for s in spans] == [3, 3, 3]
     assert _attrs(spans[0])["sharded_orm.sequence"] == "tickets"
     assert _attrs(spans[0])["db.system.name"] == "sqlite"
+    assert _attrs(spans[0])["db.collection.name"] == "Sequences"
 
 
 def test_verify_is_a_span_with_its_counts(otel: Recorded) -> None:
@@ -104,8 +105,8 @@ def test_a_backfill_is_a_span_with_its_progress(otel: Recorded) -> None:
     assert attrs["sharded_orm.engine"] == "client_batches"
     assert attrs["sharded_orm.shard_column"] == "Shard16"
     assert attrs["sharded_orm.batches"] == result.batches >= 2
-    # where the walk last stood, as the cursor codec writes it (exact and typed)
-    assert attrs["sharded_orm.resume_position"] == '{"codec":1,"key":[["i","249"]]}'
+    # where the walk last stood, as a count in key order: never the row's key (issue 44)
+    assert attrs["sharded_orm.resume_position"] == 250
     (event,) = [e for e in span.events if e.name == "progress"]  # one per 5 s at most
     assert event.attributes["sharded_orm.rows_done"] == 100
     with engine.connect() as c:

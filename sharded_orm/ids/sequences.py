@@ -155,8 +155,11 @@ class _Pooled:
         try:
             if not self._pool:
                 retries = self.retries
+                # the table a TableSequence reserves in; a Spanner sequence's own name
+                table = getattr(getattr(self, "table", None), "name", None)
+                name = getattr(self, "name", None)
                 with operation(
-                    "sequence.refill", self.engine, None, sequence=getattr(self, "name", None)
+                    "sequence.refill", self.engine, table or name, sequence=name
                 ) as traced:
                     block = retry_call(
                         self._reserve,

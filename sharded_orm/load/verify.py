@@ -43,7 +43,7 @@ from sharded_orm.schema.coerce import base_type
 from sharded_orm.schema.columns import ShardColumn, shard_columns, table_of
 from sharded_orm.spanner import is_spanner
 from sharded_orm.spanner.expressions import shard_sql
-from sharded_orm.telemetry import traced
+from sharded_orm.telemetry import carried, traced
 from sharded_orm.write.begin import begin_for_write
 
 __all__ = ["VerifyReport", "connect", "function_calls", "mismatch_sql", "quote", "verify"]
@@ -166,7 +166,9 @@ def scan_partitions(
     batches = snapshot.generate_query_batches(sql, timeout=min(timeout, 120.0))
     total, bad = 0, None
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="verify") as pool:
-        parts = pool.map(lambda b: work(snapshot.process_query_batch(b, timeout=timeout)), batches)
+        # each partition's client spans under verify's (carried: the caller's context)
+        read = carried(lambda b: work(snapshot.process_query_batch(b, timeout=timeout)))
+        parts = pool.map(read, batches)
         for n, found in parts:
             total += n
             bad = found if bad is None else [x + y for x, y in zip(bad, found, strict=True)]

@@ -22,6 +22,7 @@ import sqlalchemy as sa
 from sharded_orm.errors import ShardingError
 from sharded_orm.load.staging import StagedLoad
 from sharded_orm.retry import Deadline, Outcome, RetryError, RetryPolicy, classify, retry_call
+from sharded_orm.telemetry import carried
 
 #: The most closing a load's sessions may take, and what it gets when the deadline has
 #: passed already (one quick try: a live server answers in milliseconds).
@@ -190,7 +191,8 @@ def load_spanner(mutations: Any, database: Any, job: Job) -> None:
 
     try:
         with ThreadPoolExecutor(max_workers=len(job.by_worker)) as pool:
-            list(pool.map(worker, list(job.by_worker)))
+            # each worker reports to the load's span (its retries are the load's events)
+            list(pool.map(carried(worker), list(job.by_worker)))
     finally:
         # deleting the sessions must not outlast the load's deadline (a silent server
         # answers no DeleteSession: the sessions then expire on their own)

@@ -53,6 +53,7 @@ from sharded_orm.read.limits import Oversized
 from sharded_orm.read.order import (
     order_columns as order_columns,  # re-exported: sharded_orm imports it from here
 )
+from sharded_orm.read.recorded import add_stats, operation_target
 from sharded_orm.read.stats import FoundBound, MergeStats
 from sharded_orm.telemetry import operation
 
@@ -368,16 +369,18 @@ def _merged(
     stats: MergeStats,
     timeout: float | None,
 ) -> list[Any]:
-    query = MergeQuery(conn, stmt, timeout)
-    n = _limit(stmt, limit, "limit")
-    _, offset = statement_window(stmt)
-    shards = query.plan.shard.count
-    # (the bind the statement runs on: a Session bound per mapper names no one database)
-    with operation("merged", query.bind, query.plan.table.name, shards=shards, limit=n) as traced:
+    # the span covers the checks too: a refused read is a span with its error.type
+    with operation("merged", *operation_target(conn, stmt)) as traced:
+        query = MergeQuery(conn, stmt, timeout)
+        n = _limit(stmt, limit, "limit")
+        _, offset = statement_window(stmt)
+        traced.set(shards=query.plan.shard.count, limit=n)
+        own = MergeStats()  # this read's figures: the caller's stats may hold others'
         try:
-            return read(query, offset + n, n, offset, after, stats)[0]
+            return read(query, offset + n, n, offset, after, own)[0]
         finally:
-            traced.set_all(stats.figures())
+            traced.set_all(own.figures())
+            add_stats(stats, own)
 
 
 @overload

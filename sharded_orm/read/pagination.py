@@ -41,6 +41,7 @@ from sharded_orm.read.merge import (
     statement_window,
 )
 from sharded_orm.read.plan import plan_of
+from sharded_orm.read.recorded import operation_target
 from sharded_orm.telemetry import operation
 
 if TYPE_CHECKING:
@@ -121,6 +122,15 @@ class Page:
 
 
 def _page(conn: Any, stmt: Any, page_size: int, cursor: str | None, timeout: float | None) -> Page:
+    # the span covers the checks too: a refused page (a tampered, foreign or expired
+    # cursor, a statement not sharded_select's) is a span with its error.type
+    with operation("page", *operation_target(conn, stmt)) as traced:
+        return _read_page(conn, stmt, page_size, cursor, timeout, traced)
+
+
+def _read_page(
+    conn: Any, stmt: Any, page_size: int, cursor: str | None, timeout: float | None, traced: Any
+) -> Page:
     if plan_of(stmt) is None:  # (a union of them too: run it as one query)
         raise ShardConfigError("page() needs a statement made by sharded_select(...)")
     check_positive_int(page_size, "page_size")
@@ -131,6 +141,7 @@ def _page(conn: Any, stmt: Any, page_size: int, cursor: str | None, timeout: flo
     fingerprint = query_fingerprint(stmt)  # once per page: to read the cursor and write one
     listened = ListenerOptions(conn, stmt)
     state = None
+    traced.set(cursor_given=cursor is not None)
     if cursor is not None:
         state = read_cursor(cursor)
         # with do_orm_execute listeners, what they add is known once a statement is sent
@@ -146,13 +157,8 @@ def _page(conn: Any, stmt: Any, page_size: int, cursor: str | None, timeout: flo
         return Page([], None, stats)
     # one row more than the page tells whether another page follows
     more = 1 if limit is None or limit - served > size else 0
-    shards = query.plan.shard.count
-    with (
-        operation(
-            "page", query.bind, query.plan.table.name, shards=shards, page_size=size
-        ) as traced,
-        listened,
-    ):
+    traced.set(shards=query.plan.shard.count, page_size=size)
+    with listened:
         try:
             rows, keys, ahead = read(
                 query, offset + size + more, size + more, offset, after, stats, True, ahead,
@@ -160,7 +166,7 @@ def _page(conn: Any, stmt: Any, page_size: int, cursor: str | None, timeout: flo
             )  # fmt: skip
         finally:
             traced.set_all(stats.figures())
-        traced.set(has_next=len(rows) > size, cursor_given=cursor is not None)
+        traced.set(has_next=len(rows) > size)
     if listened.added:  # a tenant's criteria from a listener shape what the query reads
         fingerprint = query_fingerprint(stmt, listened.added)
     if state is not None and state.fingerprint != fingerprint:

@@ -104,7 +104,9 @@ def _plan_for_index(table: Table, index: Index) -> ShardPlan:
             "use a ShardedIndex (or an index whose first column is a shard_column)"
         )
     not_null: tuple[Any, ...] = ()
-    if index.dialect_kwargs.get("spanner_null_filtered"):
+    # (.get never loads a dialect: a read on SQLite does not import the Spanner client)
+    spanner: Any = index.dialect_options.get("spanner", {})
+    if spanner.get("null_filtered"):
         not_null = tuple(c for c, _ in parts[1:] if getattr(c, "nullable", False))
     return ShardPlan(
         table,

@@ -25,6 +25,7 @@ from google.cloud.spanner_dbapi import exceptions as _dbapi
 
 from sharded_orm.checks import is_seconds
 from sharded_orm.spanner.connection import commit_deadline
+from sharded_orm.telemetry import carried
 
 #: ``create_engine`` keyword (and ``sqlalchemy.`` option of ``engine_from_config``).
 COMMIT_TIMEOUT_ARGUMENT = "commit_timeout"
@@ -69,7 +70,8 @@ def finished_within(call: Callable[[], None], seconds: float) -> bool:
         else:
             outcome.append(None)
 
-    worker = threading.Thread(target=run, name="sharded-orm-commit", daemon=True)
+    # the commit reports to the caller's span (its client span nests under it)
+    worker = threading.Thread(target=carried(run), name="sharded-orm-commit", daemon=True)
     worker.start()
     worker.join(seconds)
     if not outcome:

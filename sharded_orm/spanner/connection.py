@@ -22,6 +22,17 @@ server gives no retry delay). ``timeout=None`` keeps the DB-API's own behaviour.
 
 ``tests/test_replay_deadlines.py`` shows the replays on the emulator through
 ``FaultProxy``, and trips when upstream changes the replay hooks relied on here.
+
+**A session Spanner no longer knows is replaced** (NOT_FOUND ``Session not found``: the
+server restarted, or deleted a session idle for an hour). The client library keeps using
+its multiplexed session (or hands the lost pooled one out again), so every statement of
+the engine failed from then on. Here the connection drops the lost session (the database's
+multiplexed one is rebuilt once, under its lock), and the statement is run again on a new
+one where that is safe: a statement outside a transaction (a read, or an autocommit write:
+its transaction never began on the server) and a transaction's first statement. A later
+statement of a transaction fails with :class:`SessionLost` (the transaction is gone:
+nothing of it is committed, run it again), and so does a commit; a rollback of such a
+transaction sends nothing (``tests/test_call_bounds.py``).
 """
 
 from __future__ import annotations
@@ -29,10 +40,11 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
+from google.api_core.exceptions import NotFound
 from google.cloud.spanner_dbapi import connect as _stock_connect
 from google.cloud.spanner_dbapi.connection import Connection
 from google.cloud.spanner_dbapi.cursor import Cursor
-from google.cloud.spanner_dbapi.exceptions import InterfaceError, RetryAborted
+from google.cloud.spanner_dbapi.exceptions import InterfaceError, OperationalError, RetryAborted
 from google.cloud.spanner_dbapi.transaction_helper import TransactionRetryHelper
 
 from sharded_orm.spanner.deadlines import TIMEOUT_OPTION, DeadlineCursor, StatementDeadline
@@ -49,6 +61,32 @@ STATEMENTS = StatementMemo()
 class ReplayTimeout(RetryAborted):  # type: ignore[misc]
     """Spanner aborted the transaction, and replaying it did not finish within the
     deadline of the call: nothing of the transaction is committed; run it again."""
+
+
+class SessionLost(OperationalError):  # type: ignore[misc]
+    """Spanner no longer knows the session a transaction ran in: the transaction is gone,
+    nothing of it is committed; run it again (a new session is used)."""
+
+
+def lost_session(exc: BaseException | None) -> bool:
+    """``exc`` (or an error it was raised from) is Spanner's NOT_FOUND for a session."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, NotFound) and "session not found" in str(exc).lower():
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+def _session_lost_error(exc: BaseException, what: str) -> SessionLost:
+    why = getattr(exc, "message", None) or str(exc).split(",", 1)[0]
+    return SessionLost(
+        f"Spanner no longer knows the session {what} ran in (the server restarted, or "
+        f"deleted the session after an hour idle): {why}. The transaction is lost and "
+        "nothing of it is committed: roll back and run the whole transaction again (it "
+        "runs on a new session)."
+    )
 
 
 class _ReplayWithinDeadline(TransactionRetryHelper):  # type: ignore[misc]
@@ -100,6 +138,37 @@ class ShardedConnection(Connection):  # type: ignore[misc]
             raise InterfaceError("Connection is already closed")
         return ShardedCursor(self, self.deadline)
 
+    def drop_lost_session(self, exc: BaseException) -> None:
+        """Forget the session Spanner lost, and the transaction on it: the next statement
+        runs on a new session (the database's multiplexed one, rebuilt once for all
+        connections, or a new pooled one)."""
+        lost: Any = getattr(self, "_session", None)
+        self._session = None  # a pooled session Spanner lost is not handed out again
+        self._transaction = None
+        self._snapshot = None
+        self._spanner_transaction_started = False
+        self._transaction_helper.reset()
+        database = self.database
+        manager: Any = getattr(database, "sessions_manager", None) if database else None
+        lock = getattr(manager, "_multiplexed_session_lock", None)
+        if lock is None:
+            return
+        with lock:
+            current = manager._multiplexed_session
+            if current is None or not (lost is current or current.name in str(exc)):
+                return  # another connection rebuilt it already, or it was a pooled one
+            # the client's maintenance thread renews whichever session is current
+            manager._multiplexed_session = manager._build_multiplexed_session()
+
+    def commit(self) -> None:
+        try:
+            super().commit()
+        except Exception as exc:
+            if not lost_session(exc):
+                raise
+            self.drop_lost_session(exc)
+            raise _session_lost_error(exc, "this transaction") from exc
+
     def _forget_given_up(self) -> None:
         # the original transaction was aborted by Spanner, the replay's never answered:
         # nothing to roll back that a silent server would answer
@@ -109,7 +178,12 @@ class ShardedConnection(Connection):  # type: ignore[misc]
 
     def rollback(self) -> None:
         self._forget_given_up()
-        super().rollback()
+        try:
+            super().rollback()
+        except Exception as exc:
+            if not lost_session(exc):
+                raise
+            self.drop_lost_session(exc)  # Spanner forgot the transaction with its session
 
     def close(self) -> None:
         self._forget_given_up()
@@ -132,17 +206,33 @@ class ShardedCursor(DeadlineCursor):
         driver.deadline = self.deadline
         return previous
 
+    def _on_a_live_session(self, run: Any, *args: Any) -> Any:
+        """``run(*args)``; if Spanner lost the session, once more on a new one when the
+        statement began nothing that was lost (outside a transaction, or the transaction's
+        first statement), else :class:`SessionLost`."""
+        driver = self.driver
+        first = not (driver._client_transaction_started and driver._spanner_transaction_started)
+        try:
+            return run(*args)
+        except Exception as exc:
+            if not lost_session(exc) or not isinstance(driver, ShardedConnection):
+                raise
+            driver.drop_lost_session(exc)
+            if not first or self._in_retry_mode:
+                raise _session_lost_error(exc, "this transaction") from exc
+        return run(*args)
+
     def execute(self, sql: Any, args: Any = None) -> Any:
         previous = self._lend()
         try:
-            return super().execute(sql, args)
+            return self._on_a_live_session(super().execute, sql, args)
         finally:
             self.driver.deadline = previous
 
     def executemany(self, operation: Any, seq_of_params: Any) -> Any:
         previous = self._lend()
         try:
-            return super().executemany(operation, seq_of_params)
+            return self._on_a_live_session(super().executemany, operation, seq_of_params)
         finally:
             self.driver.deadline = previous
 

@@ -58,6 +58,10 @@ DEFAULT_READ_TIMEOUT = 60.0
 #: Statements per ``ExecuteBatchDml`` request of one ``executemany`` in a transaction.
 BATCH_DML_STATEMENTS = 100
 
+#: The longest wait between two attempts of an autocommit batch aborted again (and at
+#: most an eighth of the time left).
+AUTOCOMMIT_REPLAY_DELAY = 2.0
+
 #: A statement the DB-API sends as DML (its own classification: INSERT, UPDATE, DELETE).
 _DML = re.compile(r"\s*(?:insert|update|delete)\b", re.IGNORECASE)
 
@@ -176,12 +180,31 @@ class _BoundedTransaction(_Bounded):
 
 
 class _BoundedDatabase(_Bounded):
-    """A Database whose single-use snapshots carry the statement's deadline."""
+    """A Database whose single-use snapshots and autocommit transactions carry the
+    statement's deadline."""
 
     @contextmanager
     def snapshot(self, **kwargs: Any) -> Iterator[Any]:
         with self._inner.snapshot(**kwargs) as snapshot:
             yield _Bounded(snapshot, self._options)
+
+    def run_in_transaction(self, func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        # An executemany in autocommit mode runs here: the client's batch_update under its
+        # own 30 s, and its replays of an ABORTED transaction until 120 s. Both end at the
+        # statement's deadline; a replay waits at most an eighth of the time left.
+        deadline = self._options.get("timeout")
+        if not isinstance(deadline, StatementDeadline):
+            return self._inner.run_in_transaction(func, *args, **kwargs)
+        kwargs.setdefault("timeout_secs", deadline.left)
+        kwargs.setdefault("default_retry_delay", min(AUTOCOMMIT_REPLAY_DELAY, deadline.left / 8))
+        options = self._options
+
+        def bounded(transaction: Any, *a: Any, **kw: Any) -> Any:
+            if deadline.given_up:
+                raise _api.DeadlineExceeded(f"deadline of {deadline.seconds:g} s reached")  # type: ignore[no-untyped-call]
+            return func(_BoundedTransaction(transaction, options), *a, **kw)
+
+        return self._inner.run_in_transaction(bounded, *args, **kwargs)
 
 
 class DeadlineConnection(_Bounded):
@@ -199,6 +222,11 @@ class DeadlineConnection(_Bounded):
             request_options=request_options or self._inner.request_options,
             **self._options,
         )
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # the DB-API keeps an autocommit statement's transaction on the connection: keep
+        # the client's own there, not this statement's view of it
+        setattr(self._inner, name, value._inner if isinstance(value, _Bounded) else value)
 
     @property
     def _transaction(self) -> Any:
@@ -249,11 +277,24 @@ def read_errors(seconds: float | None) -> Iterator[None]:
 
 
 @contextmanager
-def write_errors(seconds: float | None) -> Iterator[None]:
+def write_errors(
+    seconds: float | None, deadline: StatementDeadline | None = None
+) -> Iterator[None]:
     """Raise a write's (DML's) missed deadline or lost connection as a DB-API
-    ``OperationalError`` that says what holds for a write."""
+    ``OperationalError`` that says what holds for a write (and an autocommit write whose
+    every attempt Spanner aborted until ``deadline``)."""
     try:
         yield
+    except _api.Aborted as e:
+        if deadline is None:  # (its retries end only at the deadline, or the next would)
+            raise
+        raise _dbapi.OperationalError(
+            f"the write (DML) was aborted by Spanner on every attempt within its deadline "
+            f"of {deadline.seconds:g} s (another transaction holds the rows it writes): "
+            f"{getattr(e, 'message', None) or e}. Nothing of it is committed: run it "
+            f"again; raise the deadline with execution_options({TIMEOUT_OPTION}=<seconds>) "
+            "if it needs longer."
+        ) from e
     except _READ_FAILURES as e:
         what = _what_failed(e, seconds)
         raise _dbapi.OperationalError(
@@ -289,14 +330,14 @@ class DeadlineCursor(Cursor):  # type: ignore[misc]
 
     def execute(self, sql: Any, args: Any = None) -> Any:
         if isinstance(sql, str) and _DML.match(sql):
-            with write_errors(self.deadline_seconds):
+            with write_errors(self.deadline_seconds, self._autocommit_deadline()):
                 return super().execute(sql, args)
         return super().execute(sql, args)
 
     def executemany(self, operation: Any, seq_of_params: Any) -> Any:
         if not (isinstance(operation, str) and _DML.match(operation)):
             return super().executemany(operation, seq_of_params)
-        with write_errors(self.deadline_seconds):
+        with write_errors(self.deadline_seconds, self._autocommit_deadline()):
             rows = seq_of_params if isinstance(seq_of_params, list) else list(seq_of_params)
             step = BATCH_DML_STATEMENTS
             if len(rows) <= step or not self.connection._client_transaction_started:
@@ -309,6 +350,14 @@ class DeadlineCursor(Cursor):  # type: ignore[misc]
             self._batch_dml_rows_count = counts
             self._row_count = sum(max(n, 0) for n in counts)
             return None
+
+    def _autocommit_deadline(self) -> StatementDeadline | None:
+        # an ABORTED that escapes a statement in a transaction is the DB-API's own
+        # replay signal (a replay's cursor raises it to the replay loop): only an
+        # autocommit write's, whose retries the deadline ended, is worded here
+        if self.connection._client_transaction_started:
+            return None
+        return self.deadline
 
     def __iter__(self) -> Iterator[Any]:
         return self._watched(super().__iter__())

@@ -95,6 +95,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.engine import Dialect
 
+from sharded_orm.checks import render_url
 from sharded_orm.limits import SPANNER_PARAMETERS
 from sharded_orm.schema.registry import engine_seen
 from sharded_orm.spanner import SPANNER_DIALECT_NAMES
@@ -258,7 +259,7 @@ class SpannerDialect(BoundReflection, _stock.SpannerDialect):  # type: ignore[mi
     def create_connect_args(self, url: Any) -> Any:
         if not isinstance(url.database, str) or not _URL_PATH.fullmatch(url.database):
             raise exc.ArgumentError(
-                f"not a Spanner URL: {url.render_as_string(hide_password=True)!r}; give "
+                f"not a Spanner URL: {render_url(url)!r}; give "
                 "spanner+spanner:///projects/<project>/instances/<instance>/databases/<database>"
             )
         return super().create_connect_args(url)

@@ -31,12 +31,20 @@ T = TypeVar("T")
 
 def database_of(bind: Any) -> Any:
     """The google-cloud-spanner ``Database`` behind an Engine or Connection (or ``bind``
-    itself when it already is one)."""
-    if not isinstance(bind, (sa.Engine, sa.Connection)):
+    itself when it already is one), seen through
+    :class:`~sharded_orm.spanner.streams.ReadBoundedDatabase`: a snapshot's ``read`` or
+    ``execute_sql`` given ``timeout=<seconds>`` ends within them, the client's restarts of
+    a cut stream included."""
+    from sharded_orm.spanner.streams import ReadBoundedDatabase
+
+    if isinstance(bind, ReadBoundedDatabase):
         return bind
+    if not isinstance(bind, (sa.Engine, sa.Connection)):
+        return ReadBoundedDatabase(bind)
     raw: Any = bind.raw_connection() if isinstance(bind, sa.Engine) else bind.connection
     try:
-        return raw.driver_connection.database  # spanner_dbapi.Connection.database
+        # spanner_dbapi.Connection.database
+        return ReadBoundedDatabase(raw.driver_connection.database)
     finally:
         if isinstance(bind, sa.Engine):
             raw.close()

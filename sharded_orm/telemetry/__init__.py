@@ -19,15 +19,25 @@ from sharded_orm.telemetry.skew import (
     track,
     write_skew,
 )
-from sharded_orm.telemetry.spans import Operation, database_attributes, operation, progress, traced
+from sharded_orm.telemetry.spans import (
+    Operation,
+    carried,
+    database_attributes,
+    operation,
+    position_digest,
+    progress,
+    traced,
+)
 
 __all__ = [
     "Operation",
     "SkewFigure",
+    "carried",
     "configure",
     "configure_window",
     "database_attributes",
     "operation",
+    "position_digest",
     "progress",
     "rows_written",
     "track",

@@ -14,11 +14,21 @@ not counted: they spread their writes by key range themselves.
 Counting costs one ``Counter.update`` per statement (per flush batch), and only while a
 meter provider is configured (or :func:`track` was called): with none, nothing is kept.
 No instrument is called per statement: every figure, the counter's too, is observed
-from the windows when the app's metric reader collects.
+from the windows when the app's metric reader collects. Windows are kept per database
+(``db.namespace``), table and shard column: two databases with a table of the same name
+are two series.
+
+When the documented rule fires (:func:`skewed`: the busiest shard has more than
+``WARN_SKEW`` times its share, over enough rows that chance cannot explain it) the
+library logs a WARNING on the ``sharded_orm.telemetry.skew`` logger, and adds a
+``sharded_orm.write_skew`` event to the current span, once per window per database and
+table: which table, which shard, and what to run (``sharded-orm doctor``, ``advise``).
+The rule is checked every ``10 x shard count`` rows a window counts, not per row.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections import Counter
@@ -34,6 +44,17 @@ DEFAULT_WINDOW = 60.0
 DEFAULT_BUCKETS = 6
 SKEW_WINDOW = DEFAULT_WINDOW
 SKEW_BUCKETS = DEFAULT_BUCKETS
+#: the warning's rule (docs/observability.md, "Thresholds"): skew above WARN_SKEW with at
+#: least WARN_ROWS_PER_SHARD rows per shard in the window, or WARN_BUSIEST_ROWS rows in
+#: the busiest shard (an even stream's busiest shard stays near twice its share only
+#: while a shard holds fewer than ~2 ln(shards) rows: never a thousand)
+WARN_SKEW = 2.0
+WARN_ROWS_PER_SHARD = 100
+WARN_BUSIEST_ROWS = 1000
+#: the rule is checked each time a window has counted this many rows per shard more
+CHECK_ROWS_PER_SHARD = 10
+
+logger = logging.getLogger("sharded_orm.telemetry.skew")
 
 
 @dataclass(frozen=True)
@@ -48,6 +69,7 @@ class SkewFigure:
     busiest_shard: int | None
     skew: float  # busiest / (rows / shards); 0.0 with no rows
     window: float  # seconds the figures cover
+    database: str | None = None  # db.namespace of the database written to
 
     @property
     def busiest_rate(self) -> float:
@@ -56,11 +78,13 @@ class SkewFigure:
 
 
 class _Window:
-    __slots__ = ("shards", "buckets", "starts", "lock", "total")
+    __slots__ = ("shards", "buckets", "starts", "lock", "total", "unchecked", "warned")
 
     def __init__(self, shards: int) -> None:
         self.shards = shards
         self.total = 0  # rows counted since the window was made (the cumulative counter)
+        self.unchecked = 0  # rows counted since the warning's rule was last checked
+        self.warned = -float("inf")  # monotonic time of the last warning
         self.buckets: list[Counter[int]] = [Counter() for _ in range(SKEW_BUCKETS)]
         self.starts = [0.0] * SKEW_BUCKETS
         self.lock = threading.Lock()
@@ -74,10 +98,16 @@ class _Window:
             self.buckets[i] = Counter()
         return self.buckets[i]
 
-    def add(self, shards: list[int] | tuple[int, ...], now: float) -> None:
+    def add(self, shards: list[int] | tuple[int, ...], now: float) -> bool:
+        """Count the rows; True when the warning's rule is due to be checked."""
         with self.lock:
             self._bucket(now).update(shards)
             self.total += len(shards)
+            self.unchecked += len(shards)
+            if self.unchecked < CHECK_ROWS_PER_SHARD * self.shards:
+                return False
+            self.unchecked = 0
+            return True
 
     def totals(self, now: float) -> Counter[int]:
         step = SKEW_WINDOW / SKEW_BUCKETS
@@ -90,7 +120,8 @@ class _Window:
         return out
 
 
-_windows: dict[tuple[str, str], _Window] = {}
+#: (database, table, shard column) -> its window
+_windows: dict[tuple[str | None, str, str], _Window] = {}
 _windows_lock = threading.Lock()
 _tracking: dict[str, Any] = {"forced": False, "instruments": None}
 
@@ -145,19 +176,134 @@ def counting() -> bool:
     return bool(_tracking["forced"])
 
 
-def count(table: str, column: str, shard_count: int, shards: list[int] | tuple[int, ...]) -> None:
-    """Count rows written with these shard values, once :func:`counting` said yes."""
-    key = (table, column)
+def count(
+    table: str,
+    column: str,
+    shard_count: int,
+    shards: list[int] | tuple[int, ...],
+    database: str | None = None,
+) -> None:
+    """Count rows written with these shard values, once :func:`counting` said yes
+    (``database``: the ``db.namespace`` written to, :func:`database_of`)."""
+    key = (database, table, column)
     window = _windows.get(key)
     if window is None or window.shards != shard_count:
         with _windows_lock:
             window = _windows.get(key)
             if window is None or window.shards != shard_count:
                 window = _windows[key] = _Window(shard_count)
-    window.add(shards, time.monotonic())
+    now = time.monotonic()
+    if window.add(shards, now):
+        _check(key, window, now)
 
 
-def rows_written(table: str, column: str, shard_count: int, shards: Iterable[int]) -> None:
+#: URL -> its db.namespace (computed once per database)
+_databases: dict[Any, str | None] = {}
+
+
+def database_of(bind: Any) -> str | None:
+    """The ``db.namespace`` of the database behind a Connection or Engine (cached)."""
+    engine = getattr(bind, "engine", bind)
+    url = getattr(engine, "url", None)
+    try:
+        return _databases[url]
+    except (KeyError, TypeError):
+        pass
+    from sharded_orm.telemetry.spans import database_attributes
+
+    found = database_attributes(bind, "", None).get("db.namespace")
+    try:
+        if len(_databases) >= 512:
+            _databases.clear()
+        _databases[url] = found
+    except TypeError:  # an unhashable URL of some other library: not kept
+        pass
+    return found
+
+
+def _figure(key: tuple[str | None, str, str], window: _Window, now: float) -> SkewFigure:
+    database, table, column = key
+    totals = window.totals(now)
+    rows = sum(totals.values())
+    if totals:
+        shard, busiest = max(totals.items(), key=lambda kv: (kv[1], -kv[0]))
+    else:
+        shard, busiest = None, 0
+    skew = busiest * window.shards / rows if rows else 0.0
+    return SkewFigure(
+        table, column, window.shards, rows, busiest, shard, skew, SKEW_WINDOW, database
+    )
+
+
+def skewed(figure: SkewFigure) -> bool:
+    """The documented rule: the busiest shard holds more than ``WARN_SKEW`` times its
+    share, over at least ``WARN_ROWS_PER_SHARD`` rows per shard or ``WARN_BUSIEST_ROWS``
+    rows in the busiest shard."""
+    return (
+        figure.shards > 1
+        and figure.skew > WARN_SKEW
+        and (
+            figure.rows >= WARN_ROWS_PER_SHARD * figure.shards
+            or figure.busiest >= WARN_BUSIEST_ROWS
+        )
+    )
+
+
+def _check(key: tuple[str | None, str, str], window: _Window, now: float) -> None:
+    """Warn, once per window per database and table, when the rule fires."""
+    if now - window.warned < SKEW_WINDOW:
+        return
+    figure = _figure(key, window, now)
+    if not skewed(figure):
+        return
+    with window.lock:
+        if now - window.warned < SKEW_WINDOW:
+            return
+        window.warned = now
+    with _windows_lock:  # the table's other shard columns wait a window too
+        for (database, table, _), other in _windows.items():
+            if (database, table) == key[:2]:
+                other.warned = max(other.warned, now)
+    _warn(figure)
+
+
+def _warn(f: SkewFigure) -> None:
+    where = f"table {f.table!r}" + (f" of database {f.database!r}" if f.database else "")
+    logger.warning(
+        "write skew on %s: shard %s of shard column %r took %s of the %s rows written in "
+        "the last %g s, %.1fx its share of %d shards (the rule: over %gx). Writes that pile "
+        "on one shard become a Spanner hotspot. Run `sharded-orm doctor` to see whether "
+        "Spanner reports a hot split, and `sharded-orm advise` on a sample of the table's "
+        "rows for a shard count or shard key that spreads them.",
+        where, f.busiest_shard, f.column, f"{f.busiest:,}", f"{f.rows:,}", f.window,
+        f.skew, f.shards, WARN_SKEW,
+        extra={"sharded_orm_skew": f},
+    )  # fmt: skip
+    trace = api.trace_module()
+    if trace is None:
+        return
+    span = trace.get_current_span()
+    if span.is_recording():
+        attrs: dict[str, Any] = {
+            "db.collection.name": f.table,
+            "sharded_orm.shard.column": f.column,
+            "sharded_orm.shard": -1 if f.busiest_shard is None else f.busiest_shard,
+            "sharded_orm.shard.skew": round(f.skew, 3),
+            "sharded_orm.shard.window_rows": f.rows,
+            "sharded_orm.shard.busiest_rows": f.busiest,
+        }
+        if f.database:
+            attrs["db.namespace"] = f.database
+        span.add_event("sharded_orm.write_skew", attrs)
+
+
+def rows_written(
+    table: str,
+    column: str,
+    shard_count: int,
+    shards: Iterable[int],
+    database: str | None = None,
+) -> None:
     """Count rows written to ``table`` with these values of shard column ``column``."""
     if counting():
         count(
@@ -165,6 +311,7 @@ def rows_written(table: str, column: str, shard_count: int, shards: Iterable[int
             column,
             shard_count,
             shards if isinstance(shards, (list, tuple)) else list(shards),
+            database,
         )
 
 
@@ -173,47 +320,44 @@ def write_skew() -> list[SkewFigure]:
     now = time.monotonic()
     with _windows_lock:
         windows = list(_windows.items())
-    out = []
-    for (table, column), window in windows:
-        totals = window.totals(now)
-        rows = sum(totals.values())
-        if totals:
-            shard, busiest = max(totals.items(), key=lambda kv: (kv[1], -kv[0]))
-        else:
-            shard, busiest = None, 0
-        skew = busiest * window.shards / rows if rows else 0.0
-        out.append(
-            SkewFigure(table, column, window.shards, rows, busiest, shard, skew, SKEW_WINDOW)
-        )
+    out = [_figure(key, window, now) for key, window in windows]
     return sorted(out, key=lambda f: -f.skew)
 
 
-def _observed(values: Iterable[tuple[str, str, float]]) -> list[Any]:
-    """``(table, column, value)`` as observations, attributed as every figure here is."""
+def _attributes(database: str | None, table: str, column: str) -> dict[str, str]:
+    attrs = {"db.collection.name": table, "sharded_orm.shard.column": column}
+    if database:
+        attrs["db.namespace"] = database
+    return attrs
+
+
+def _observed(values: Iterable[tuple[str | None, str, str, float]]) -> list[Any]:
+    """``(database, table, column, value)`` as observations, attributed as every figure
+    here is."""
     from opentelemetry.metrics import Observation
 
     return [
-        Observation(value, {"db.collection.name": table, "sharded_orm.shard.column": column})
-        for table, column, value in values
+        Observation(value, _attributes(database, table, column))
+        for database, table, column, value in values
     ]
 
 
 def _observe_written(options: Any) -> list[Any]:
     with _windows_lock:
         windows = list(_windows.items())
-    return _observed((table, column, window.total) for (table, column), window in windows)
+    return _observed((*key, window.total) for key, window in windows)
 
 
 def _observe_skew(options: Any) -> list[Any]:
-    return _observed((f.table, f.column, f.skew) for f in write_skew())
+    return _observed((f.database, f.table, f.column, f.skew) for f in write_skew())
 
 
 def _observe_rate(options: Any) -> list[Any]:
-    return _observed((f.table, f.column, f.busiest_rate) for f in write_skew())
+    return _observed((f.database, f.table, f.column, f.busiest_rate) for f in write_skew())
 
 
 def _observe_rows(options: Any) -> list[Any]:
-    return _observed((f.table, f.column, f.rows) for f in write_skew())
+    return _observed((f.database, f.table, f.column, f.rows) for f in write_skew())
 
 
 #: the gauges read from the windows: name, callback, unit, description

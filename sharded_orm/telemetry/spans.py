@@ -12,8 +12,13 @@ conventions say).
 
 from __future__ import annotations
 
+import contextvars
 import functools
+import hashlib
+import os
+import threading
 import time
+import traceback
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from contextvars import ContextVar
@@ -39,6 +44,8 @@ _SYSTEMS = {
 }
 
 _instruments: dict[int, Any] = {}
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 def _dialect_and_url(bind: Any) -> tuple[Any, Any]:
@@ -88,6 +95,31 @@ def database_attributes(bind: Any, operation: str, table: str | None) -> dict[st
     return attrs
 
 
+#: figures that hold where a walk stands: never a row's key (a key can be an e-mail address)
+POSITION_FIGURES = frozenset({"resume_position"})
+#: the per-process key of :func:`position_digest` (a key's digest cannot be looked up)
+_DIGEST_KEY = os.urandom(16)
+
+
+def position_digest(position: Any) -> str:
+    """An opaque digest of a walk's position: equal positions give equal digests in one
+    process, and nothing of the key can be read back or guessed from it."""
+    text = position if isinstance(position, str) else repr(position)
+    digest = hashlib.blake2b(text.encode(), digest_size=8, key=_DIGEST_KEY).hexdigest()
+    return "blake2b:" + digest
+
+
+def _figure(name: str, value: Any) -> Any:
+    """A figure as an attribute; a position that is not a count becomes a digest."""
+    if name in POSITION_FIGURES and not (isinstance(value, int) and not isinstance(value, bool)):
+        return position_digest(value)
+    return _attribute(value)
+
+
+def _figures(figures: Mapping[str, Any]) -> dict[str, Any]:
+    return {NAMESPACE + k: _figure(k, v) for k, v in figures.items() if v is not None}
+
+
 def _attribute(value: Any) -> Any:
     """A value OpenTelemetry accepts as an attribute (str, bool, int, float or a list)."""
     if isinstance(value, (str, bool, int, float)):
@@ -103,12 +135,13 @@ def _attribute(value: Any) -> Any:
 class Operation:
     """The span of one operation: ``set`` figures as they become known."""
 
-    __slots__ = ("_span", "_last_event", "retries")
+    __slots__ = ("_span", "_last_event", "retries", "_lock")
 
     def __init__(self, span: Any) -> None:
         self._span = span
         self._last_event = 0.0
         self.retries = 0
+        self._lock = threading.Lock()  # retries come from the operation's worker threads
 
     @property
     def recording(self) -> bool:
@@ -118,9 +151,7 @@ class Operation:
         """Set ``sharded_orm.<name>`` attributes (``None`` values are left out)."""
         if self._span is None:
             return
-        self._span.set_attributes(
-            {NAMESPACE + k: _attribute(v) for k, v in figures.items() if v is not None}
-        )
+        self._span.set_attributes(_figures(figures))
 
     def set_all(self, figures: Mapping[str, Any]) -> None:
         self.set(**figures)
@@ -134,10 +165,7 @@ class Operation:
         now = time.monotonic()
         if now - self._last_event >= PROGRESS_EVENT_SECONDS:
             self._last_event = now
-            self._span.add_event(
-                "progress",
-                {NAMESPACE + k: _attribute(v) for k, v in figures.items() if v is not None},
-            )
+            self._span.add_event("progress", _figures(figures))
 
 
 def _duration_histogram(meter: Any) -> Any:
@@ -186,8 +214,9 @@ def retried(error: BaseException, attempt: int, wait: float) -> None:
     op = _current.get()
     if op is None or op._span is None:
         return
-    op.retries += 1
-    op._span.set_attribute(NAMESPACE + "retries", op.retries)
+    with op._lock:
+        op.retries += 1
+        op._span.set_attribute(NAMESPACE + "retries", op.retries)
     op._span.add_event(
         "retry",
         {
@@ -196,6 +225,23 @@ def retried(error: BaseException, attempt: int, wait: float) -> None:
             NAMESPACE + "wait_seconds": round(wait, 3),
         },
     )
+
+
+def carried(fn: Callable[P, R]) -> Callable[P, R]:
+    """``fn`` run in the context it was wrapped in, whichever thread calls it: a worker
+    thread of the library then reports to the caller's span (its client spans nest under
+    it, its retries are the operation's ``retry`` events). Wrap in the thread that owns
+    the operation, once per worker: ``pool.map(carried(work), items)``."""
+    if _current.get() is None and api.tracer() is None:  # nothing to carry
+        return fn
+    context = contextvars.copy_context()
+
+    @functools.wraps(fn)
+    def call(*args: P.args, **kwargs: P.kwargs) -> R:
+        # a copy per call: one Context cannot be entered by two threads at once
+        return context.copy().run(fn, *args, **kwargs)
+
+    return call
 
 
 def progress(**figures: Any) -> None:
@@ -242,11 +288,12 @@ def _describe(bind: Any, name: str, table: str | None) -> tuple[dict[str, Any], 
 
 
 class _Recorded:
-    """One recorded operation: the SDK's own current-span context manager (which records
-    the exception and status), our ``Operation`` in the context, and the duration."""
+    """One recorded operation: its span made current (the SDK's ``start_span`` and the
+    context's ``attach``, without the SDK's layered context managers: a recorded operation
+    is paid by every read), our ``Operation`` in the context, and the duration."""
 
     __slots__ = ("_tracer", "_meter", "_name", "_table", "_attrs", "_figures", "_start",
-                 "_span_cm", "_token", "_op")  # fmt: skip
+                 "_span", "_attached", "_token", "_op")  # fmt: skip
 
     def __init__(
         self, tracer: Any, meter: Any, name: str, bind: Any, table: str | None, figures: Any
@@ -254,7 +301,8 @@ class _Recorded:
         self._tracer, self._meter, self._name, self._table = tracer, meter, name, table
         self._attrs = _describe(bind, name, table)
         self._figures = figures
-        self._span_cm: Any = None
+        self._span: Any = None
+        self._attached: Any = None
         self._token: Any = None
         self._op: Operation = _IDLE
 
@@ -262,19 +310,24 @@ class _Recorded:
         self._start = time.perf_counter()
         if self._tracer is None:
             return _IDLE
+        from opentelemetry import context
+
         span_attrs = self._attrs[0]
         if self._figures:
             span_attrs = dict(span_attrs)
-            for k, v in self._figures.items():
-                if v is not None:
-                    span_attrs[NAMESPACE + k] = _attribute(v)
+            span_attrs.update(_figures(self._figures))
         table, name = self._table, self._name
-        self._span_cm = self._tracer.start_as_current_span(
+        trace = api.trace_module()
+        # the SDK's own recording of an exception would put its text in the span (a
+        # database error's text holds the statement and its values): ours does not
+        self._span = span = self._tracer.start_span(
             f"{name} {table}" if table else name,
-            kind=api.trace_module().SpanKind.CLIENT,
+            kind=trace.SpanKind.CLIENT,
             attributes=span_attrs,
+            record_exception=False,
+            set_status_on_exception=False,
         )
-        span = self._span_cm.__enter__()
+        self._attached = context.attach(trace.set_span_in_context(span))
         # a span the sampler dropped takes no attributes: figures are not even made
         self._op = op = Operation(span if span.is_recording() else None)
         self._token = _current.set(op)
@@ -282,11 +335,14 @@ class _Recorded:
 
     def __exit__(self, kind: Any, error: BaseException | None, tb: Any) -> None:
         error_type = None if error is None else _error_type(error)
-        if self._span_cm is not None:
+        if self._span is not None:
+            from opentelemetry import context
+
             _current.reset(self._token)
-            if error_type is not None and self._op._span is not None:
-                self._op._span.set_attribute("error.type", error_type)
-            self._span_cm.__exit__(kind, error, tb)
+            context.detach(self._attached)
+            if error is not None and self._op._span is not None:
+                _record_error(self._op._span, error, error_type)  # type: ignore[arg-type]
+            self._span.end()
         if self._meter is not None:
             metric_attrs = self._attrs[1]
             if error_type is not None:
@@ -294,15 +350,60 @@ class _Recorded:
             _duration_histogram(self._meter).record(time.perf_counter() - self._start, metric_attrs)
 
 
+#: the packages whose exceptions' text is the library's own (it names no row's values)
+_OWN = ("sharded_orm.", "alembic_ext.")
+MESSAGE_LIMIT = 300
+
+
+def error_message(error: BaseException) -> str:
+    """What a span says of ``error``: the library's own refusals as they read (their
+    text names no row's values); any other error by its classes only, since a database
+    error's text holds the statement and, unless the engine hides them, its values, and
+    a driver's text can quote a key (``Row [...] already exists``)."""
+    if type(error).__module__.startswith(_OWN) and not _wraps_foreign(error):
+        text = str(error).splitlines()[0] if str(error) else ""
+        return text[:MESSAGE_LIMIT]
+    chain = [_error_type(error)]
+    inner = getattr(error, "orig", None) or error.__cause__
+    if isinstance(inner, BaseException) and inner is not error:
+        chain.append(_error_type(inner))
+    return " from ".join(chain) + " (its text is not recorded: it can hold the statement's values)"
+
+
+def _wraps_foreign(error: BaseException) -> bool:
+    """An error of the library's raised over a database's or a driver's (whose text it
+    may quote): its cause or context is neither the library's nor a builtin one."""
+    for inner in (error.__cause__, error.__context__):
+        module = type(inner).__module__
+        if inner is not None and module != "builtins" and not module.startswith(_OWN):
+            return True
+    return False
+
+
+def _record_error(span: Any, error: BaseException, error_type: str) -> None:
+    """The conventions' error: ``error.type``, an error status and one exception event,
+    with :func:`error_message` for text and the frames of the traceback (no messages)."""
+    message = error_message(error)
+    trace = api.trace_module()
+    span.set_attribute("error.type", error_type)
+    span.set_status(trace.Status(trace.StatusCode.ERROR, f"{error_type}: {message}"))
+    frames = "".join(traceback.format_tb(error.__traceback__))
+    span.add_event(
+        "exception",
+        {
+            "exception.type": error_type,
+            "exception.message": message,
+            "exception.stacktrace": f"Traceback (most recent call last):\n{frames}{error_type}",
+            "exception.escaped": True,
+        },
+    )
+
+
 def _error_type(e: BaseException) -> str:
     cls = type(e)
     return (
         cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
     )
-
-
-P = ParamSpec("P")
-R = TypeVar("R")
 
 
 def traced(
