@@ -252,3 +252,181 @@ def test_where_values_reach_the_onupdate_context(plain: sa.Engine, b: str, key: 
         eng.dispose()
     assert got[0] == got[1]
     assert "id_1" in got[0][key][2]
+
+
+# ------------------------------------------- values the database makes, and upserts (H1)
+
+#: a source whose default the database evaluates (column keyword arguments)
+DB_KINDS: dict[str, dict[str, Any]] = {
+    "sql-expression": {"default": sa.func.lower("DX")},
+    "sql-literal": {"default": sa.literal("dl")},
+}
+
+#: a source whose onupdate (or any value) the database makes: refused as declared (a
+#: client-computed shard)
+DB_ONUPDATES: dict[str, dict[str, Any]] = {
+    "sql-expression onupdate": {"onupdate": sa.func.lower("UX")},
+    "sql-literal onupdate": {"onupdate": sa.literal("ul")},
+    "server_onupdate": {"server_onupdate": sa.FetchedValue()},
+    "server_default": {"server_default": "sd"},
+}
+
+
+@pytest.mark.parametrize("kind", list(DB_ONUPDATES))
+def test_database_made_onupdates_are_refused_when_declared(kind: str) -> None:
+    """The database makes the source's value (on every UPDATE, or as its default) where
+    the client cannot see it: the shard column is refused as declared, saying what to use
+    instead."""
+    from sharded_orm.errors import ShardConfigError
+
+    md = sa.MetaData()
+    with pytest.raises(ShardConfigError) as err:
+        t = sa.Table(
+            "wdm_dbu_" + re.sub(r"\W", "_", kind),
+            md,
+            sa.Column("id", sa.Integer, primary_key=True, autoincrement=False),
+            sa.Column("tag", sa.String(40), **DB_ONUPDATES[kind]),
+            shard_column("tag", count=N, name=SHARD).column,
+        )
+        from sharded_orm import get_shard_column
+
+        get_shard_column(t, SHARD)
+    text = str(err.value)
+    assert kind.split(" ")[-1].split("-")[0] in text and "tag" in text, text
+
+
+def _db_table(metadata: sa.MetaData, kind: str, sharded: bool) -> sa.Table:
+    cols: list[Any] = [
+        sa.Column("id", sa.Integer, primary_key=True, autoincrement=False),
+        sa.Column("b", sa.String(40), nullable=True),
+        sa.Column("pre", sa.String(60), default=_pre, onupdate=_pre),
+        sa.Column("tag", sa.String(400), **DB_KINDS[kind]),
+        sa.Column("late", sa.String(60), default=_reads_pre, onupdate=_reads_pre),
+    ]
+    if sharded:
+        cols.append(shard_column("tag", count=N, name=SHARD).column)
+    return sa.Table("wdm_db_" + kind.replace("-", "_"), metadata, *cols)
+
+
+def _exact_or_refused(
+    engine: sa.Engine,
+    plain: sa.Engine,
+    tables: tuple[sa.Table, sa.Table],
+    models: tuple[Any, Any],
+    name: str,
+    fn: PathFn,
+) -> str:
+    """One path on both: the rows it changed equal plain SQLAlchemy's, or the library
+    refused it with a reason and changed nothing."""
+    from sharded_orm.errors import ShardingError
+
+    before_sharded, before_plain = _rows(engine, tables[0]), _rows(plain, tables[1])
+    fn(plain, tables[1], models[1])
+    after_plain = _rows(plain, tables[1])
+    changed = {i for i, r in after_plain.items() if before_plain.get(i) != r}
+    assert changed, f"{name}: the path changed nothing on the plain engine"
+    try:
+        fn(engine, tables[0], models[0])
+    except ShardingError as exc:
+        assert str(exc).strip(), f"{name}: a refusal must say why"
+        assert _rows(engine, tables[0]) == before_sharded, f"{name}: a refusal wrote"
+        return f"refused: {exc}"
+    got = _rows(engine, tables[0])
+    assert {i: got.get(i) for i in changed} == {i: after_plain[i] for i in changed}, name
+    with engine.connect() as c:
+        for r in c.execute(sa.select(tables[0])):
+            assert r.shard == compute_shard([r.tag], N), (name, r.id, r.tag, r.shard)
+    return "exact"
+
+
+def _seed_rows(engine: sa.Engine, t: sa.Table) -> None:
+    with engine.begin() as c:
+        c.execute(sa.delete(t))
+        c.execute(sa.insert(t), [{"id": i, "b": f"b{i}", "tag": f"t{i}"} for i in range(1, 13)])
+
+
+@pytest.mark.parametrize("kind", list(DB_KINDS))
+def test_database_made_sources_are_exact_or_refused(
+    engine: sa.Engine, plain: sa.Engine, kind: str
+) -> None:
+    """A SQL-expression or server-side default of the source: the client cannot know the
+    value before the database makes it, so an INSERT that leaves it to the database is
+    refused, saying which default and what to do; writes that give the source, and
+    UPDATEs of other columns, are exact."""
+    tables = (_db_table(sa.MetaData(), kind, True), _db_table(sa.MetaData(), kind, False))
+    tables[0].create(engine)
+    tables[1].create(plain)
+    models = (_model(tables[0]), _model(tables[1]))
+    outcomes = {}
+    for name, fn in _insert_paths():
+        outcomes[name] = _exact_or_refused(engine, plain, tables, models, name, fn)
+        assert outcomes[name].startswith("refused"), (name, outcomes[name])
+        assert "default" in outcomes[name], outcomes[name]
+    _seed_rows(engine, tables[0])  # the sources given: exact
+    _seed_rows(plain, tables[1])
+    for name, fn in _update_paths():
+        outcomes[name] = _exact_or_refused(engine, plain, tables, models, name, fn)
+        assert outcomes[name] == "exact", (name, outcomes[name])
+
+
+def _upsert_paths() -> list[tuple[str, PathFn]]:
+    """An upsert of rows 1 and 13 (one stored, one new), leaving ``tag`` to its default
+    or setting it, as the backend spells an upsert: SQLite's ON CONFLICT DO UPDATE (the
+    plain twin's too), Spanner's INSERT OR UPDATE (every column sent is written)."""
+    from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+    def upsert(set_tag: bool, give_tag: bool) -> PathFn:
+        def run(e: sa.Engine, t: sa.Table, m: Any) -> None:
+            rows = [
+                {"id": i, "b": f"u{i}", **({"tag": f"ut{i}"} if give_tag else {})} for i in (1, 13)
+            ]
+            with e.begin() as c:
+                if is_spanner(e.dialect):
+                    c.execute(t.insert().prefix_with("OR UPDATE"), rows)
+                    return
+                stmt = sqlite_insert(t)
+                sets = {"b": stmt.excluded.b}
+                if set_tag:
+                    sets["tag"] = stmt.excluded.tag
+                if is_spanner(_BACKEND.get("dialect")):  # the twin of OR UPDATE: all sent
+                    sets = {c.key: stmt.excluded[c.key] for c in t.c if c.key != "id"}
+                c.execute(stmt.on_conflict_do_update(index_elements=[t.c.id], set_=sets), rows)
+
+        return run
+
+    return [
+        ("upsert keeping tag", upsert(False, False)),
+        ("upsert setting tag from excluded (its default)", upsert(True, False)),
+        ("upsert setting tag given", upsert(True, True)),
+    ]
+
+
+#: the backend of the sharded table's current test (its plain twin upserts as it does)
+_BACKEND: dict[str, Any] = {}
+
+
+def is_spanner(dialect: Any) -> bool:
+    from sharded_orm.spanner import is_spanner as spanner
+
+    return dialect is not None and spanner(dialect)
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_upserts_store_what_plain_sqlalchemy_stores(
+    engine: sa.Engine, plain: sa.Engine, kind: str
+) -> None:
+    """Upserts of a source with each kind of client-side default: exact (the stored shard
+    the hash of the stored source, the stored rows plain SQLAlchemy's) or refused with the
+    reason."""
+    _BACKEND["dialect"] = engine.dialect
+    sharded_t = _table(sa.MetaData(), kind, sharded=True)
+    plain_t = _table(sa.MetaData(), kind, sharded=False)
+    sharded_t.create(engine)
+    plain_t.create(plain)
+    tables, models = (sharded_t, plain_t), (_model(sharded_t), _model(plain_t))
+    for name, fn in _upsert_paths():
+        _seed_rows(engine, sharded_t)
+        _seed_rows(plain, plain_t)
+        out = _exact_or_refused(engine, plain, tables, models, name, fn)
+        if kind != "context-everything":  # (its text shows the statement's own parameters)
+            assert out == "exact", (name, out)

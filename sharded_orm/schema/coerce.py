@@ -28,9 +28,13 @@ from sqlalchemy import types as sqltypes
 from sqlalchemy.engine.default import DefaultDialect
 from sqlalchemy.sql.schema import Column
 
-from sharded_orm.errors import ShardConfigError, ShardTypeError, ShardValueError
-from sharded_orm.hashing import INT64_MAX, INT64_MIN, show
-from sharded_orm.schema.naive import OPT_IN
+from sharded_orm.errors import ShardConfigError, ShardTypeError
+from sharded_orm.hashing import INT64_MAX, INT64_MIN
+from sharded_orm.schema.source_errors import describe as _describe
+from sharded_orm.schema.source_errors import none_error as _none
+from sharded_orm.schema.source_errors import type_error as _type_error
+from sharded_orm.schema.source_errors import value_error as _value_error
+from sharded_orm.schema.timestamps import datetime_coercer as _datetime_coercer
 from sharded_orm.schema.types import UTCDateTime
 
 Coercer = Callable[[Any], Any]
@@ -38,33 +42,6 @@ Coercer = Callable[[Any], Any]
 _UTC = _dt.timezone.utc
 #: Collations that compare byte for byte; any other one may equate distinct strings.
 _EXACT_COLLATIONS = frozenset({"binary", "c", "posix", "ucs_basic", "unicode:cs", "und:cs"})
-
-
-def _describe(column: Any) -> str:
-    table = getattr(column, "table", None)
-    tname = getattr(table, "name", None)
-    name = getattr(column, "name", None) or getattr(column, "key", "?")
-    return f"{tname}.{name}" if tname else str(name)
-
-
-def _type_error(column: Any, value: Any, why: str) -> ShardTypeError:
-    return ShardTypeError(
-        f"cannot hash {show(value)} ({type(value).__name__}) for shard source {_describe(column)} "
-        f"({column.type!r}): {why}"
-    )
-
-
-def _value_error(column: Any, value: Any, why: str) -> ShardValueError:
-    return ShardValueError(
-        f"cannot hash {show(value)} for shard source {_describe(column)} ({column.type!r}): {why}"
-    )
-
-
-def _none(column: Any) -> ShardValueError:
-    return ShardValueError(
-        f"cannot hash None for shard source {_describe(column)}: every shard source must "
-        "have a value (make the column NOT NULL)"
-    )
 
 
 # --------------------------------------------------------------------------- per type
@@ -207,44 +184,6 @@ def _date_coercer(column: Any) -> Coercer:
         if isinstance(v, _dt.date):
             return _dt.date(v.year, v.month, v.day)
         raise _type_error(column, v, "a Date column's source must be a date")
-
-    return coerce
-
-
-def _datetime_coercer(column: Any, naive_utc: Callable[[], bool] | None = None) -> Coercer:
-    """Aware datetimes as their UTC instant; a naive one as given where ``naive_utc()``
-    says so (the app's opt-in, :mod:`sharded_orm.schema.naive`: the hash takes it as UTC),
-    else refused."""
-
-    def coerce(v: Any) -> Any:
-        if v.__class__ is _dt.datetime and v.tzinfo is _UTC:
-            return v
-        if v is None:
-            raise _none(column)
-        if not isinstance(v, _dt.datetime):
-            raise _type_error(
-                column,
-                v,
-                "a timestamp column's source must be a timezone-aware datetime "
-                "(dates and ISO strings are refused: their stored instant depends on the driver)",
-            )
-        if v.utcoffset() is None:
-            if naive_utc is not None and v.tzinfo is None and naive_utc():
-                return v
-            raise _value_error(
-                column,
-                v,
-                "a naive datetime is no instant; attach a timezone, "
-                f"e.g. datetime.now(timezone.utc); or, {OPT_IN}",
-            )
-        if v.tzinfo is _UTC:
-            return v
-        try:
-            return v.astimezone(_UTC)
-        except OverflowError:
-            raise _value_error(
-                column, v, "its UTC instant is out of range (years 1-9999)"
-            ) from None
 
     return coerce
 

@@ -23,6 +23,7 @@ checked with one comparison, not hashed again.
 
 from __future__ import annotations
 
+import hashlib
 import re
 import warnings
 import weakref
@@ -37,6 +38,7 @@ from sqlalchemy.sql.elements import BindParameter, TextClause
 from sharded_orm.checks import shown
 from sharded_orm.errors import ShardConfigError, ShardingWarning, ShardTypeError
 from sharded_orm.schema.registry import cascade_targets, set_engine_watcher, sharded_names
+from sharded_orm.schema.timestamps import OFFSETS_DROPPED, drops_offsets
 from sharded_orm.spanner import is_spanner
 from sharded_orm.spanner.stock import refuse_stock
 from sharded_orm.telemetry import skew
@@ -112,7 +114,7 @@ def _refuse_cascade(elem: Update, table: Any, targets: Any, keys: Any) -> None:
 
 
 def _row_fetcher(
-    conn: Connection, table: Any, pinned: dict[str, Any], rows: list[Any]
+    conn: Connection, table: Any, pinned: dict[str, Any], rows: list[Any], shards: RowShards
 ) -> Fetch | None:
     """Reads the sources an UPDATE by full primary key does not set (the ORM flush,
     ORM bulk UPDATE by primary key, ``bulk_update_mappings``) from the rows themselves, in
@@ -122,7 +124,7 @@ def _row_fetcher(
     if not pk or any(c.key not in pinned for c in pk):
         return None
     begin_for_write(conn)  # its reads run in the UPDATE's transaction (pysqlite)
-    return StoredRows(conn, table, pk, pinned, rows)
+    return StoredRows(conn, table, pk, pinned, rows, shards.read_back)
 
 
 def _derive_again(
@@ -215,13 +217,21 @@ def _before_execute(
     params: dict[str, Any],
     execution_options: Any,
 ) -> tuple[Any, list[dict[str, Any]], dict[str, Any]]:
-    sent = _shard_rows(conn, elem, multiparams, params, execution_options)
+    # on SQLite a timestamp source's offset would be dropped: refused while its rows fill
+    token = OFFSETS_DROPPED.set(True) if drops_offsets(conn.dialect) else None
+    try:
+        sent = _shard_rows(conn, elem, multiparams, params, execution_options)
+    finally:
+        if token is not None:
+            OFFSETS_DROPPED.reset(token)
     if isinstance(sent[0], (Insert, Update)) and skew.counting():
-        _count_shards(*sent)
+        _count_shards(*sent, skew.database_of(conn))
     return sent
 
 
-def _count_shards(elem: Any, multiparams: list[dict[str, Any]], params: dict[str, Any]) -> None:
+def _count_shards(
+    elem: Any, multiparams: list[dict[str, Any]], params: dict[str, Any], database: str | None
+) -> None:
     """Rows sent to each shard of the statement's table, for the write-skew gauge."""
     table = statement_table(elem)
     shards = write_shards(table)
@@ -234,7 +244,7 @@ def _count_shards(elem: Any, multiparams: list[dict[str, Any]], params: dict[str
         key = sc.key
         found = [row[key] for row in rows if isinstance(row.get(key), int)]
         if found:
-            skew.count(table.name, sc.name, sc.count, found)
+            skew.count(table.name, sc.name, sc.count, found, database)
 
 
 def _shard_rows(
@@ -301,7 +311,7 @@ def _shard_rows(
         backs = updated_objects(conn, execution_options, table)
         if backs:
             rows = _derived_dropped(table, pinned, rows, backs)
-        fetch = _row_fetcher(conn, table, pinned, rows)
+        fetch = _row_fetcher(conn, table, pinned, rows, row_shards)
         row_shards.defaults.use_statement(elem, table)  # what an onupdate's context shows
         # the flush's own rows (backs: its UPDATE) are the ORM's, made for this statement
         new_rows = row_shards.update_rows(
@@ -335,7 +345,12 @@ _WRITE = re.compile(
     r"(?:[`\"\[]?\w+[`\"\]]?\s*\.\s*)?[`\"\[]?(\w+)",
     re.IGNORECASE,
 )
-_warned: set[str] = set()
+#: Digests of the raw SQL texts already checked (a text is checked once): at most
+#: ``_WARNED_MAX`` digests of ``_DIGEST_BYTES`` bytes, whatever the texts' size (it held the
+#: texts themselves: 300 of 200 KB kept 57 MiB). Full, it starts again.
+_warned: set[bytes] = set()
+_WARNED_MAX = 10_000
+_DIGEST_BYTES = 16
 #: Execution option for raw SQL that keeps the shard right itself (e.g. a backfill that
 #: writes computed shards): ``text(...).execution_options(sharded_orm_raw_sql_ok=True)``.
 RAW_SQL_OK = "sharded_orm_raw_sql_ok"
@@ -348,11 +363,15 @@ def raw_sql_writes(sql: str) -> list[str]:
 
 
 def _warn_raw(sql: str) -> None:
-    if sql in _warned:
+    digest = hashlib.blake2b(
+        sql.encode("utf-8", "surrogatepass"), digest_size=_DIGEST_BYTES
+    ).digest()
+    if digest in _warned:
         return
     hit = raw_sql_writes(sql)
-    if len(_warned) < 10_000:
-        _warned.add(sql)
+    if len(_warned) >= _WARNED_MAX:
+        _warned.clear()
+    _warned.add(digest)
     if hit:
         warnings.warn(
             f"raw SQL writes sharded table {hit[0]!r}; sharded-orm cannot check it, so a "

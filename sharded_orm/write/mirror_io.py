@@ -15,7 +15,7 @@ from sharded_orm.limits import SPANNER_PARAMETERS, compiled_parameters, rows_per
 from sharded_orm.spanner import is_spanner
 from sharded_orm.write.mirror_rules import MIRROR_OK
 from sharded_orm.write.rows import RowShards
-from sharded_orm.write.stored import StoredRows
+from sharded_orm.write.stored import StoredRows, check_read, read_back_checks
 from sharded_orm.write.successor_plan import MirrorPlan
 from sharded_orm.write.targets import write_shards
 
@@ -139,9 +139,15 @@ def copy_stmt(dialect: Any, mp: MirrorPlan) -> tuple[Any, list[Any]]:
 
 def _copy_sqlite(conn: Connection, mp: MirrorPlan, rows: list[dict[str, Any]]) -> None:
     stmt, shards = copy_stmt(conn.dialect, mp)
+    # a timestamp read back naive (SQLite keeps no offset) is refused as a stored value
+    checks = read_back_checks(shards)
     params = []
     for row in rows:
         new = mp.new_row(row)
+        if checks:
+            for sc in shards:
+                got = [new[k] for k in sc.source_keys]
+                check_read(checks, sc.source_keys, got[0] if len(got) == 1 else got)
         p = {f"s_{i}": sc.compute([new[k] for k in sc.source_keys]) for i, sc in enumerate(shards)}
         p.update((f"k_{j}", row[c.key]) for j, c in enumerate(mp.old_key))
         params.append(p)

@@ -35,9 +35,11 @@ from typing import Any, cast
 from sqlalchemy import event
 from sqlalchemy.orm import EXT_CONTINUE, Mapper
 from sqlalchemy.orm.attributes import instance_dict, set_committed_value
+from sqlalchemy.sql import sqltypes
 from sqlalchemy.sql.schema import Column
 
 from sharded_orm.errors import ShardingError
+from sharded_orm.schema.coerce import base_type
 from sharded_orm.schema.columns import ShardColumn, piece_kind
 from sharded_orm.schema.pieces import PIECE_INT, PIECE_STR, PIECE_UTC_DATETIME
 from sharded_orm.write.attr_events import (
@@ -49,6 +51,7 @@ from sharded_orm.write.attr_events import (
 )
 from sharded_orm.write.engine_hook import watch
 from sharded_orm.write.fastpath import given_mark_key, object_filler
+from sharded_orm.write.offsets import offsets_checked
 from sharded_orm.write.row_errors import mismatch
 from sharded_orm.write.sql import (
     MISSING,
@@ -173,6 +176,11 @@ def install_mapper_events(mapper: Mapper[Any]) -> None:
     ]
 
     add = Tally(watch).add
+    # a timestamp source: on SQLite, which drops offsets, one with an offset other than UTC
+    # is refused while the object's shards are computed (``coerce.OFFSETS_DROPPED``)
+    dated = any(
+        isinstance(base_type(c.type), sqltypes.DateTime) for sc, _, _ in plans for c in sc.sources
+    )
 
     def before_insert(mapper_: Any, connection: Any, state: Any) -> Any:
         d = state.dict
@@ -281,8 +289,15 @@ def install_mapper_events(mapper: Mapper[Any]) -> None:
         return EXT_CONTINUE
 
     # raw and retval: SQLAlchemy calls it directly, with no wrapper, once per object
+    if dated:
+        before_insert = offsets_checked(before_insert, _dialect)
+        before_update = offsets_checked(before_update, _dialect)
     event.listen(mapper, "before_insert", before_insert, raw=True, retval=True)
     event.listen(mapper, "before_update", before_update, raw=True, retval=True)
+
+
+def _dialect(mapper: Any, connection: Any, state: Any) -> Any:
+    return connection.dialect
 
 
 def _stored_form_keepers(

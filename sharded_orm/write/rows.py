@@ -27,6 +27,7 @@ from sqlalchemy.sql.elements import BindParameter
 from sharded_orm.errors import ShardConfigError, ShardMismatchError, ShardValueError
 from sharded_orm.schema.columns import ShardColumn
 from sharded_orm.write.fastpath import RowsFiller, UpdateFiller, rows_filler, update_rows_filler
+from sharded_orm.write.key_moves import refuse_key_change
 from sharded_orm.write.row_errors import mismatch, no_value, server_rewritten, unhashable_source
 from sharded_orm.write.sql import (
     MISSING,
@@ -36,7 +37,7 @@ from sharded_orm.write.sql import (
     literal_value,
     row_parameters,
 )
-from sharded_orm.write.stored import StoredRows
+from sharded_orm.write.stored import StoredRows, read_back_checks
 
 #: ``(row, source keys) -> {key: stored value}`` read from the row an UPDATE targets
 Fetch = StoredRows
@@ -68,6 +69,8 @@ class RowShards:
         self.connection = connection
         self.server_made = [sc for sc in shards if sc.server_side and on_spanner]
         self.client_made = [sc for sc in shards if sc not in self.server_made]
+        #: timestamp sources whose values read back from the database are checked as such
+        self.read_back = read_back_checks(self.client_made) if not on_spanner else {}
         onupdate = {}
         for sc in shards:
             for col in sc.sources:
@@ -170,8 +173,7 @@ class RowShards:
             shard_given = sc.key in out or sc.key in stmt_values
             if not setting and not shard_given:
                 continue
-            if self.on_spanner:
-                _refuse_key_change(sc, setting)
+            refuse_key_change(sc, setting, self.on_spanner)
             values = self._update_sources(sc, out, stmt_values, pinned, setting, fetch)
             if values is None:
                 continue  # the WHERE clause's row does not exist: the UPDATE changes nothing
@@ -192,7 +194,7 @@ class RowShards:
         for sc in self.server_made:
             setting = [k for k in sc.source_keys if k in out or k in stmt_values]
             if setting:
-                _refuse_key_change(sc, setting)
+                refuse_key_change(sc, setting, True)
             out = self._drop_server_made(
                 sc, stored_sources(sc, out, stmt_values), stmt_values, insert=False
             )
@@ -261,8 +263,8 @@ class RowShards:
                 continue
             if not all(given) and (fetch is None or any(k in pinned for k in sc.source_keys)):
                 return None
-            if self.on_spanner:
-                _refuse_key_change(sc, [k for k, g in zip(sc.source_keys, given, strict=True) if g])
+            setting = [k for k, g in zip(sc.source_keys, given, strict=True) if g]
+            refuse_key_change(sc, setting, self.on_spanner)
             plans.append((sc, given))
         return plans
 
@@ -363,17 +365,6 @@ def resendable(key: str, stmt_values: Mapping[str, Any]) -> bool:
         return True
     v = stmt_values[key]
     return isinstance(v, BindParameter) and v.unique and v.callable is None
-
-
-def _refuse_key_change(sc: ShardColumn, setting: list[str]) -> None:
-    keys = [c.key for c in sc.sources if c.key in setting and getattr(c, "primary_key", False)]
-    if keys or (setting and getattr(sc.column, "primary_key", False)):
-        changed = ", ".join(keys) or ", ".join(setting)
-        raise ShardConfigError(
-            f"this UPDATE changes {changed}, which moves the row's primary key (the shard "
-            f"{sc.name!r} or its sources are key columns), and Spanner cannot change key "
-            "columns. Delete the row and insert it with the new values."
-        )
 
 
 def _resent(sc: ShardColumn, row: Mapping[str, Any], fetch: Fetch | None) -> bool:

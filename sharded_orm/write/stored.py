@@ -17,8 +17,9 @@ with no array type falls back to one OR of ANDs, sized under both limits.
 
 from __future__ import annotations
 
+import datetime as _dt
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import and_, bindparam, column, func, or_, select, text, tuple_
@@ -26,9 +27,45 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.sql import sqltypes
 from sqlalchemy.sql.elements import BindParameter
 
+from sharded_orm.errors import ShardValueError
 from sharded_orm.limits import SPANNER_FUNCTIONS, SPANNER_PARAMETERS, parameter_limit
+from sharded_orm.schema.coerce import base_type
+from sharded_orm.schema.timestamps import read_back_error
 from sharded_orm.spanner import is_spanner
 from sharded_orm.write.sql import MISSING, literal_value
+
+#: per column key, the coercer that hashes the stored value (``read_back_checks``)
+Checks = Mapping[str, tuple[Any, Callable[[Any], Any]]]
+
+
+def read_back_checks(shards: Sequence[Any]) -> dict[str, tuple[Any, Callable[[Any], Any]]]:
+    """The timestamp sources of ``shards`` (ShardColumns the client computes), by column
+    key: (column, coercer). A naive datetime read back for one (SQLite keeps no offset)
+    that its coercer refuses is refused as a stored value (:func:`check_read`)."""
+    out: dict[str, tuple[Any, Callable[[Any], Any]]] = {}
+    for sc in shards:
+        for i, col in enumerate(sc.sources):
+            if sc.coercers and isinstance(base_type(col.type), sqltypes.DateTime):
+                out.setdefault(col.key, (col, sc.coercers[i]))
+    return out
+
+
+def check_read(checks: Checks, keys: Sequence[str], values: Any) -> None:
+    """Refuse, as a stored value with its cause, a naive datetime read back for a timestamp
+    source that cannot hash it (``values``: a tuple in ``keys``' order, or the value itself
+    for one key)."""
+    for i, k in enumerate(keys):
+        hit = checks.get(k)
+        if hit is None:
+            continue
+        v = values if len(keys) == 1 else values[i]
+        if v.__class__ is _dt.datetime and v.tzinfo is None:
+            col, coerce = hit
+            try:
+                coerce(v)
+            except ShardValueError:
+                raise read_back_error(col, v) from None
+
 
 #: rows read per SELECT
 BATCH = 1000
@@ -55,8 +92,11 @@ class StoredRows:
         pk: Sequence[Any],
         pinned: Mapping[str, Any],
         rows: Sequence[Mapping[str, Any]],
+        checks: Checks | None = None,
     ) -> None:
         self.conn = conn
+        #: timestamp sources whose naive stored values are refused as such (check_read)
+        self.checks = checks or {}
         self.table = table
         self.pk = list(pk)
         self.pinned = pinned
@@ -109,6 +149,9 @@ class StoredRows:
             if have == keys:
                 return rows
         found = self._read(list(keys))
+        if self.checks and any(k in self.checks for k in keys):
+            for values in found.values():
+                check_read(self.checks, keys, values)
         self.read.append((keys, found))
         return found
 
@@ -128,7 +171,11 @@ class StoredRows:
         where = [c == literal_value(self.pinned[c.key], row) for c in self.pk]
         got = self.conn.execute(select(*[self.table.c[k] for k in keys]).where(*where))
         first = got.first()
-        return None if first is None else dict(zip(keys, first, strict=True))
+        if first is None:
+            return None
+        if self.checks:
+            check_read(self.checks, keys, first[0] if len(keys) == 1 else tuple(first))
+        return dict(zip(keys, first, strict=True))
 
     def _read(self, keys: list[str]) -> dict[Any, Any]:
         distinct = dict.fromkeys(self.keys())
