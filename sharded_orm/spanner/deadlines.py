@@ -146,21 +146,29 @@ def call_options(seconds: float | StatementDeadline | None) -> dict[str, Any]:
     return {"timeout": deadline, "retry": retry}
 
 
-class _Bounded:
-    """A Snapshot or Transaction whose ``execute_sql`` carries the statement's deadline."""
+class Through:
+    """Another object, every attribute read and written through it: the one proxy of this
+    package's wrappers (a subclass overrides only the calls it bounds)."""
 
-    def __init__(self, inner: Any, options: dict[str, Any]) -> None:
+    def __init__(self, inner: Any) -> None:
         object.__setattr__(self, "_inner", inner)
-        object.__setattr__(self, "_options", options)
-
-    def execute_sql(self, *args: Any, **kwargs: Any) -> Any:
-        return self._inner.execute_sql(*args, **{**self._options, **kwargs})
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
 
     def __setattr__(self, name: str, value: Any) -> None:
         setattr(self._inner, name, value)
+
+
+class _Bounded(Through):
+    """A Snapshot or Transaction whose ``execute_sql`` carries the statement's deadline."""
+
+    def __init__(self, inner: Any, options: dict[str, Any]) -> None:
+        super().__init__(inner)
+        object.__setattr__(self, "_options", options)
+
+    def execute_sql(self, *args: Any, **kwargs: Any) -> Any:
+        return self._inner.execute_sql(*args, **{**self._options, **kwargs})
 
 
 class _BoundedTransaction(_Bounded):

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from sharded_orm.spanner.deadlines import StatementDeadline
+from sharded_orm.spanner.deadlines import StatementDeadline, Through
 
 
 class StreamDeadline(StatementDeadline):
@@ -60,20 +60,7 @@ def _whole_read(kwargs: dict[str, Any]) -> dict[str, Any]:
     return kwargs
 
 
-class _Through:
-    """Another object, every attribute read and written through."""
-
-    def __init__(self, inner: Any) -> None:
-        object.__setattr__(self, "_inner", inner)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        setattr(self._inner, name, value)
-
-
-class _WholeReads(_Through):
+class _WholeReads(Through):
     """A Snapshot whose streaming reads end within their ``timeout``, restarts included."""
 
     def execute_sql(self, *args: Any, **kwargs: Any) -> Any:
@@ -83,7 +70,7 @@ class _WholeReads(_Through):
         return self._inner.read(*args, **_whole_read(kwargs))
 
 
-class ReadBoundedDatabase(_Through):
+class ReadBoundedDatabase(Through):
     """A google-cloud-spanner ``Database`` (everything passed through) whose snapshots'
     ``read`` and ``execute_sql`` take ``timeout=<seconds>`` as the time the whole read may
     take, the client's restarts of its stream included (see :class:`StreamDeadline`)."""
