@@ -266,16 +266,18 @@ def _server_counts(
 
 
 @contextlib.contextmanager
-def _spanner_snapshot(bind: Any, table: sa.Table) -> Iterator[tuple[Any, int, Any]]:
+def _spanner_snapshot(bind: Any, table: sa.Table, timeout: float) -> Iterator[tuple[Any, int, Any]]:
     """The verify's one moment on Spanner: the table's row count, a strong read whose read
     timestamp the answer gives; then a batch snapshot at that timestamp (the partitioned
     scan) and the server-side counts at it too, so every statement sees the table as it
-    was at one moment, and none holds a transaction another could end."""
+    was at one moment, and none holds a transaction another could end. The count's read,
+    restarts included, ends within ``timeout`` (a partition's most)."""
     from sharded_orm.spanner.mutations import database_of
 
     database = database_of(bind)
     with database.snapshot() as strong:
-        result = strong.execute_sql(f"SELECT COUNT(*) FROM {quote(table.name, 'table')}")
+        sql = f"SELECT COUNT(*) FROM {quote(table.name, 'table')}"
+        result = strong.execute_sql(sql, timeout=timeout)
         total = int(next(iter(result))[0])
         at = result.metadata.transaction.read_timestamp
     snapshot = database.batch_snapshot(read_timestamp=at)
@@ -336,7 +338,7 @@ def _verify_spanner(
     scan: all of it in one snapshot (:func:`_spanner_snapshot`)."""
     server = [sc for sc in shards if sc.algorithm == FARM_FINGERPRINT]
     client = [sc for sc in shards if sc not in server]
-    with _spanner_snapshot(bind, table) as (snapshot, total, at):
+    with _spanner_snapshot(bind, table, partition_timeout) as (snapshot, total, at):
         report.rows_checked = total
         if client:
             with progress(total, f"verify {table.name}", mode=progress_mode) as bar:
