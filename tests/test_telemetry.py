@@ -130,6 +130,31 @@ def test_spanner_namespace_and_server() -> None:
     }
 
 
+@pytest.mark.parametrize(
+    ("emulator", "address", "port"),
+    [(None, "spanner.googleapis.com", 443), ("127.0.0.1:9010", "127.0.0.1", 9010),
+     ("[::1]:9010", "::1", 9010), ("emulator-host", "emulator-host", None)],
+)  # fmt: skip
+def test_spanner_server_where_the_url_has_no_host(
+    monkeypatch: pytest.MonkeyPatch, emulator: str | None, address: str, port: int | None
+) -> None:
+    """A Spanner URL names no host: the server is the endpoint the client connects to."""
+    from sqlalchemy.engine import make_url
+
+    if emulator is None:
+        monkeypatch.delenv("SPANNER_EMULATOR_HOST", raising=False)
+    else:
+        monkeypatch.setenv("SPANNER_EMULATOR_HOST", emulator)
+
+    class Bind:
+        dialect = type("D", (), {"name": "spanner+spanner"})()
+        url = make_url("spanner+spanner:///projects/p/instances/i/databases/d")
+
+    attrs = telemetry.database_attributes(Bind(), "merged", "Events")
+    assert attrs["server.address"] == address
+    assert attrs.get("server.port") == port
+
+
 def test_progress_sets_figures_and_few_events(otel: Recorded) -> None:
     with telemetry.operation("backfill", None, "Events") as op:
         for done in range(0, 1000, 100):

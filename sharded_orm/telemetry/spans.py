@@ -74,6 +74,18 @@ def _namespace(system: str, url: Any) -> str | None:
     return str(database)
 
 
+def _spanner_endpoint() -> tuple[str, int | None]:
+    """Where the Spanner client connects when the URL names no host: the emulator's
+    ``SPANNER_EMULATOR_HOST`` (host:port) if set, else Google's endpoint."""
+    emulator = os.environ.get("SPANNER_EMULATOR_HOST")
+    if emulator:
+        host, _, port = emulator.rpartition(":")
+        if host and port.isdigit():
+            return host.strip("[]"), int(port)  # an IPv6 address without its brackets
+        return emulator, None
+    return "spanner.googleapis.com", 443
+
+
 def database_attributes(bind: Any, operation: str, table: str | None) -> dict[str, Any]:
     """The conventions' attributes of an operation on ``table`` through ``bind``."""
     attrs: dict[str, Any] = {"db.operation.name": operation}
@@ -85,11 +97,13 @@ def database_attributes(bind: Any, operation: str, table: str | None) -> dict[st
         namespace = _namespace(system, url)
         if namespace:
             attrs["db.namespace"] = namespace
-        host = getattr(url, "host", None)
+        host, port = getattr(url, "host", None), getattr(url, "port", None)
+        if not host and system == "gcp.spanner":  # the endpoint the Spanner client uses
+            host, port = _spanner_endpoint()
         if host:
             attrs["server.address"] = str(host)
-            if getattr(url, "port", None):
-                attrs["server.port"] = int(url.port)
+            if port:
+                attrs["server.port"] = int(port)
     if table:
         attrs["db.collection.name"] = table
     return attrs
