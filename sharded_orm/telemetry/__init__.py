@@ -12,6 +12,7 @@ docs/observability.md.
 from __future__ import annotations
 
 from sharded_orm.telemetry.api import configure
+from sharded_orm.telemetry.conventions import database_attributes
 from sharded_orm.telemetry.skew import (
     SkewFigure,
     configure_window,
@@ -22,7 +23,6 @@ from sharded_orm.telemetry.skew import (
 from sharded_orm.telemetry.spans import (
     Operation,
     carried,
-    database_attributes,
     operation,
     position_digest,
     progress,

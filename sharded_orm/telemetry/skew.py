@@ -209,7 +209,7 @@ def database_of(bind: Any) -> str | None:
         return _databases[url]
     except (KeyError, TypeError):
         pass
-    from sharded_orm.telemetry.spans import database_attributes
+    from sharded_orm.telemetry.conventions import database_attributes
 
     found = database_attributes(bind, "", None).get("db.namespace")
     try:
