@@ -9,10 +9,18 @@ A table without a shard column yet (the moment its count must be chosen) is size
 would be sharded (:func:`proposed_layout`): its key or index that grows (a time or a
 counter part, found as ``doctor`` finds it) led by a shard column over that growing part
 and the tenant parts before it (``doctor --fix``'s choice), or over the columns named.
+
+A key column's role is its declaration's, or what its sampled values show (:func:`held_roles`,
+by ``doctor``'s own ``value_role``): a UUID or text key filled by an application's helper
+whose values are time-ordered UUIDs, ULIDs or time-led text grows; one declared
+time-ordered (a ``uuid7`` default) whose values are random version-4 UUIDs does not.
 """
 
 from __future__ import annotations
 
+import uuid
+from collections import Counter
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -34,10 +42,32 @@ from sharded_orm.schema.keys import is_descending
 from sharded_orm.schema.naive import INFO_KEY as NAIVE_INFO_KEY
 from sharded_orm.schema.naive import UTC as NAIVE_UTC
 from sharded_orm.schema.naive import naive_policy
-from sharded_orm.tools.doctor.keys import role_of
+from sharded_orm.tools.doctor.findings import MONOTONIC_ROLES
+from sharded_orm.tools.doctor.groups import ROLE_SHARE
+from sharded_orm.tools.doctor.keys import TIME_ORDERED, VALUE_ROLES, role_of, value_role
 from sharded_orm.tools.lint import counter_reason, index_parts
 
-GROWING = ("time", "counter", "uuid7")
+#: the roles of a key part that grows with time (doctor's: declared, or shown by the values)
+GROWING = MONOTONIC_ROLES
+
+
+@dataclass(frozen=True)
+class Held:
+    """A key column whose sampled values show another role than its declaration's."""
+
+    column: str
+    role: str  # doctor's value role: uuid7, ulid, time_prefix (growing) or uuid4 (random)
+    why: str  # "its values are time-ordered UUIDs (version 7): 100% of 1,000 sampled"
+
+    @property
+    def growing(self) -> bool:
+        return self.role in GROWING
+
+    @property
+    def text(self) -> str:
+        """The line the advice prints."""
+        what = "the part that grows" if self.growing else "not a part that grows"
+        return f"{self.column}: {self.why}; {what}, whatever its declaration says"
 
 
 @dataclass(frozen=True)
@@ -61,6 +91,8 @@ class Layout:
     checked: tuple[str, ...] = ()
     #: (column, why): integer columns named like counters the sample showed not to grow
     flat: tuple[tuple[str, str], ...] = ()
+    #: key columns whose sampled values decided their role (:func:`held_roles`)
+    held: tuple[Held, ...] = ()
 
     def model_line(self, count: int) -> str:
         """The shard column as the model declares it, at ``count``."""
@@ -115,12 +147,13 @@ class SeveralGrow(ShardConfigError):
 
 def layout_of(
     model: Any, column: str | None = None, *, shard_on: Any = None, index: str | None = None,
-    flat: tuple[tuple[str, str], ...] = (),
+    flat: tuple[tuple[str, str], ...] = (), held: tuple[Held, ...] = (),
 ) -> Layout:  # fmt: skip
     """The layout of ``model``'s shard column ``column`` (default: its only one); for a
     table without a shard column (or with ``shard_on``/``index`` given), the layout a new
     shard column would have (:func:`proposed_layout`; ``flat``: (column, why) of integer
-    columns named like counters that do not grow)."""
+    columns named like counters that do not grow; ``held``: key columns whose sampled
+    values decide their role)."""
     table = table_of(model)
     found = shard_columns(table)
     if shard_on is not None or index is not None:
@@ -129,9 +162,9 @@ def layout_of(
                 "give column= (--column: an existing shard column to size) or shard_on= / "
                 "index= (--shard-on / --index: a new one to size), not both"
             )
-        return proposed_layout(table, shard_on, index, flat)
+        return proposed_layout(table, shard_on, index, flat, held)
     if not found and column is None:
-        return proposed_layout(table, None, None, flat)
+        return proposed_layout(table, None, None, flat, held)
     if column is not None:
         found = tuple(sc for sc in found if column in (sc.name, sc.key))
     if not found:
@@ -146,12 +179,13 @@ def layout_of(
             f"{table.name} has {len(found)} shard columns ({', '.join(s.name for s in found)}):"
             " name the one to size (column=..., --column)"
         )
-    return _layout(table, found[0])
+    return replace(_layout(table, found[0], held=held), held=held)
 
 
 def _layout(
-    table: sa.Table, sc: ShardColumn, proposed: bool = False, flat: frozenset[str] = frozenset()
-) -> Layout:
+    table: sa.Table, sc: ShardColumn, proposed: bool = False, flat: frozenset[str] = frozenset(),
+    held: tuple[Held, ...] = (),
+) -> Layout:  # fmt: skip
     index = None
     parts: list[tuple[Any, bool]] = []
     for ix in table.indexes:
@@ -167,7 +201,7 @@ def _layout(
                 "nothing is sharded by it to size"
             )
         parts = [(c, is_descending(c)) for c in pk[1:]]
-    grow = _growing(parts, flat)
+    grow = _growing(parts, flat, held)
     tenant = None
     if grow is not None and grow > 0:
         tenant = parts[grow - 1][0].name
@@ -218,19 +252,91 @@ def _key_spaces(table: sa.Table) -> list[tuple[str | None, list[tuple[sa.Column[
     return [(n, p) for n, p in out if p and role_of(p[0][0]) != "shard"]
 
 
-def _describe(space: tuple[str | None, list[tuple[sa.Column[Any], bool]]]) -> str:
+def _role(col: sa.Column[Any], held: tuple[Held, ...] = ()) -> str:
+    """A column's role: what its sampled values showed, else its declaration's."""
+    return next((h.role for h in held if h.column == col.name), role_of(col))
+
+
+def _describe(
+    space: tuple[str | None, list[tuple[sa.Column[Any], bool]]], held: tuple[Held, ...] = ()
+) -> str:
     name, parts = space
-    cols = ", ".join(f"{c.name} ({role_of(c)})" for c, _ in parts)
+    cols = ", ".join(f"{c.name} ({_role(c, held)})" for c, _ in parts)
     return f"{'the key' if name is None else 'index ' + name}: {cols}"
 
 
 def _growing(
-    parts: list[tuple[sa.Column[Any], bool]], flat: frozenset[str] = frozenset()
-) -> int | None:
+    parts: list[tuple[sa.Column[Any], bool]], flat: frozenset[str] = frozenset(),
+    held: tuple[Held, ...] = (),
+) -> int | None:  # fmt: skip
     return next(
-        (i for i, (c, _) in enumerate(parts) if c.name not in flat and role_of(c) in GROWING),
+        (i for i, (c, _) in enumerate(parts) if c.name not in flat and _role(c, held) in GROWING),
         None,
     )
+
+
+def value_columns(table: sa.Table) -> list[sa.Column[Any]]:
+    """The key and index columns whose declaration leaves their role to their values (a
+    UUID or text key filled by an application's helper): the ones :func:`held_roles` reads."""
+    cols = list(table.primary_key.columns)
+    for ix in table.indexes:
+        cols += [c for c in ix.columns if isinstance(c, sa.Column)]
+    seen: dict[str, sa.Column[Any]] = {}
+    for c in cols:
+        if role_of(c) in VALUE_ROLES:
+            seen.setdefault(c.name, c)
+    return list(seen.values())
+
+
+#: what a column's values are, by the role doctor's ``value_role`` gives them
+_HELD = {
+    "uuid7": "time-ordered UUIDs",
+    "uuid4": "random UUIDs",
+    "ulid": "ULIDs (time-ordered)",
+    "time_prefix": "text led by a time (a date, a date-time or Unix seconds)",
+}
+
+
+def _uuid_version(value: Any) -> int:
+    """The version of a value ``value_role`` took for a UUID (a UUID, 16 bytes or text)."""
+    if isinstance(value, bytes):
+        value = uuid.UUID(bytes=value)
+    u = value if isinstance(value, uuid.UUID) else uuid.UUID(str(value).strip())
+    return int(u.version or 0)
+
+
+def held_roles(table: sa.Table, rows: Iterable[Mapping[str, Any]]) -> tuple[Held, ...]:
+    """The :func:`value_columns` of ``table`` whose values in ``rows`` show another role than
+    their declaration's: a role doctor's ``value_role`` gives ``ROLE_SHARE`` (90 %) of a
+    column's values, counting a value it cannot tell as the declared role (doctor's rule;
+    a column declared for a user takes only a time-ordered role)."""
+    cols = value_columns(table)
+    rows = list(rows)
+    out: list[Held] = []
+    for col in cols:
+        declared = role_of(col)
+        values = [r[col.name] for r in rows if r.get(col.name) is not None]
+        shown: Counter[str] = Counter()
+        versions: set[int] = set()
+        for v in values:
+            seen = value_role(v)
+            if seen is None or (declared == "user" and seen not in TIME_ORDERED):
+                seen = declared
+            elif seen in ("uuid4", "uuid7"):
+                versions.add(_uuid_version(v))
+            shown[seen] += 1
+        if not shown:
+            continue
+        role, n = shown.most_common(1)[0]
+        if role == declared or n < ROLE_SHARE * len(values):
+            continue
+        what = _HELD[role]
+        if role in ("uuid4", "uuid7"):  # the versions of the UUIDs that showed it
+            which = sorted(versions & ({4} if role == "uuid4" else {1, 6, 7}))
+            what += f" (version{'s' if len(which) > 1 else ''} {', '.join(map(str, which))})"
+        why = f"its values are {what}: {n / len(values):.0%} of {len(values):,} sampled"
+        out.append(Held(col.name, role, why))
+    return tuple(out)
 
 
 def guessed_counter(col: sa.Column[Any]) -> bool:
@@ -245,7 +351,7 @@ def guessed_counter(col: sa.Column[Any]) -> bool:
 
 def proposed_layout(
     table: sa.Table, shard_on: Any = None, index: str | None = None,
-    flat: tuple[tuple[str, str], ...] = (),
+    flat: tuple[tuple[str, str], ...] = (), held: tuple[Held, ...] = (),
 ) -> Layout:  # fmt: skip
     """The layout of ``table`` with a new shard column: leading ``index`` (an index's name,
     or the table's name for its key; default: the one key space that grows) and hashing
@@ -260,7 +366,7 @@ def proposed_layout(
         if not chosen:
             raise ShardConfigError(
                 f"{table.name} has no unsharded index {index!r} to size a shard column for: "
-                "name one of " + "; ".join(_describe(s) for s in spaces)
+                "name one of " + "; ".join(_describe(s, held) for s in spaces)
                 + f" (or {table.name!r} for its key)"
             )  # fmt: skip
         spaces = chosen
@@ -273,11 +379,11 @@ def proposed_layout(
         if len(set(sources)) != len(sources):
             raise ShardConfigError(f"a column is named twice in shard_on: {names}")
     skip = frozenset(c for c, _ in flat)
-    growing = [(s, g) for s in spaces if (g := _growing(s[1], skip)) is not None]
+    growing = [(s, g) for s in spaces if (g := _growing(s[1], skip, held)) is not None]
     if sources is not None:
         growing = [(s, g) for s, g in growing if s[1][g][0] in sources]
     if not growing:
-        times = [c.name for c in table.columns if role_of(c) in GROWING]
+        times = [c.name for c in table.columns if _role(c, held) in GROWING]
         what = (
             f"no key or index of {table.name} grows with {', '.join(times)}"
             if times
@@ -288,7 +394,8 @@ def proposed_layout(
         raise ShardConfigError(
             f"{what}: nothing to size. advise sizes the shard column of a key or index "
             "whose new rows all land at its end (a timestamp or a counter after its "
-            "leading parts); " + "; ".join(_describe(s) for s in spaces)
+            "leading parts); " + "; ".join(_describe(s, held) for s in spaces)
+            + "".join(f" ({h.text})" for h in held)
             + ". If a column grows that the model does not show (a timestamp kept as "
             "text), name it with shard_on= (--shard-on) and the index with index= (--index)"
         )  # fmt: skip
@@ -297,13 +404,14 @@ def proposed_layout(
         guessed = {sp[1][i][0].name for sp, i in growing if guessed_counter(sp[1][i][0])}
         raise SeveralGrow(
             f"{table.name} has {len(growing)} key spaces that grow: "
-            + "; ".join(_describe(s) for s, _ in growing)
+            + "; ".join(_describe(s, held) for s, _ in growing)
+            + "".join(f" ({h.text})" for h in held)
             + ". Name the one to size: index=<index name> (--index), or the table's name "
             "for its key",
             tuple(sorted(guessed)),
         )  # fmt: skip
     if sources is None:
-        sources = [c for c, _ in parts[:g] if role_of(c) == "tenant"] + [parts[g][0]]
+        sources = [c for c, _ in parts[:g] if _role(c, held) == "tenant"] + [parts[g][0]]
     taken = {c.name for c in table.columns} | set(table.c.keys())
     shard_name, i = f"{parts[g][0].name}ShardId", 2
     while shard_name in taken:
@@ -335,4 +443,5 @@ def proposed_layout(
         ShardedIndex(str(name), *order, shard=shard_name, null_filtered=nf)
     sc = next(s for s in shard_columns(new) if s.name == shard_name)
     said = table.metadata.info.get(NAIVE_INFO_KEY) == NAIVE_UTC
-    return replace(_layout(new, sc, proposed=True, flat=skip), naive_utc=said, flat=flat)
+    lay = _layout(new, sc, proposed=True, flat=skip, held=held)
+    return replace(lay, naive_utc=said, flat=flat, held=held)

@@ -12,6 +12,7 @@ from sharded_orm.errors import ShardConfigError, ShardTypeError
 from sharded_orm.progress import progress
 from sharded_orm.read.branches import SINGLE_STATEMENT_READS
 from sharded_orm.read.stats import MergeStats
+from sharded_orm.schema.columns import table_of
 from sharded_orm.tools.advise.cost import (
     DOUBT,
     SIMULATED,
@@ -22,15 +23,8 @@ from sharded_orm.tools.advise.cost import (
     simulated_peak,
     walk_statements,
 )
-from sharded_orm.tools.advise.layout import Layout, SeveralGrow, layout_of
-from sharded_orm.tools.advise.sample import (
-    Sample,
-    from_csv,
-    from_engine,
-    from_rows,
-    from_workload,
-    without_flat_counters,
-)
+from sharded_orm.tools.advise.layout import Layout, SeveralGrow, held_roles, layout_of
+from sharded_orm.tools.advise.sample import Sample, probe, read, source, without_flat_counters
 
 #: the counts tried by default: the rules of thumb (16, one per node, 100, 200) among them
 CANDIDATES = (1, 2, 4, 8, 10, 16, 20, 30, 32, 40, 50, 64, 100, 128, 200, 256)
@@ -137,6 +131,10 @@ class Advice:
             },
             "naive_datetimes_read_as_utc": list(self.sample.naive),
             "not_growing": {name: why for name, why in self.layout.flat},
+            "held_by_values": {
+                h.column: {"role": h.role, "growing": h.growing, "why": h.why}
+                for h in self.layout.held
+            },
             "target_split_writes_per_second": self.target,
             "read": {
                 "tenant": _plain(self.tenant),
@@ -174,6 +172,7 @@ class Advice:
                 "not a key space that grows"
                 for name, why in lay.flat
             ),
+            *(h.text for h in lay.held),
             f"reads priced: newest {self.k} and {self.pages} page(s) of {self.page_size}"
             + (f" of {self.layout.tenant} {self.tenant!r}" if self.tenant is not None else "")
             + f"; write target: {self.target:,.0f} writes/s per split",
@@ -249,30 +248,6 @@ def _plain(v: Any) -> Any:
     return v if isinstance(v, (int, float, str, type(None))) else str(v)
 
 
-def _sample(
-    layout: Layout, sample: Any, rows_per_second: float | None, size: int, window: float
-) -> Sample:
-    from sharded_orm.tools.simulate import Workload
-
-    if isinstance(sample, Workload):
-        return from_workload(layout, sample, size)
-    if isinstance(sample, (str, Path)):
-        if "://" in str(sample):
-            raise ShardConfigError(
-                f"{str(sample)!r} is a URL: advise takes an Engine (create_engine(url)) or, on "
-                "the command line, --url"
-            )
-        return from_csv(layout, sample, rows_per_second, window)
-    if hasattr(sample, "connect") and hasattr(sample, "dialect"):
-        return from_engine(layout, sample, size, rows_per_second=rows_per_second, window=window)
-    if isinstance(sample, (list, tuple)) or hasattr(sample, "__iter__"):
-        return from_rows(layout, sample, "the rows given", rows_per_second, window)
-    raise ShardTypeError(
-        "sample must be a simulate Workload, an Engine, a CSV path or an iterable of dicts "
-        f"keyed by column name; got {sample!r}"
-    )
-
-
 def advise(
     model: Any,
     sample: Any,
@@ -327,13 +302,17 @@ def advise(
     if not isinstance(limit, (int, float)) or not limit > 0 or limit == float("inf"):
         raise ShardConfigError(f"target must be a positive number of writes/s, got {target!r}")
     size = check_positive_int(sample_size, "sample_size")
+    kind, sample = source(sample)
+    # the key columns whose role their values decide (an app's UUIDv7 helper): as doctor does
+    table = table_of(model)
+    held = held_roles(table, probe(table, kind, sample))
     try:
-        layout = layout_of(model, column, shard_on=shard_on, index=index)
-        data = _sample(layout, sample, rows_per_second, size, float(inst.tick))
+        layout = layout_of(model, column, shard_on=shard_on, index=index, held=held)
+        data = read(layout, kind, sample, rows_per_second, size, float(inst.tick))
     except SeveralGrow as several:
         found = without_flat_counters(
-            several, model, shard_on, index, lambda lay: _sample(
-                lay, sample, rows_per_second, size, float(inst.tick))
+            several, model, shard_on, index, lambda lay: read(
+                lay, kind, sample, rows_per_second, size, float(inst.tick)), held
         )  # fmt: skip
         if found is None:
             raise

@@ -11,6 +11,9 @@ instance model's tick), not their mean: writes that come in bursts need the coun
 their bursts. A window's count is taken less its Poisson noise (``BURST_NOISE`` standard
 deviations, which the busiest of many windows of a steady rate shows anyway, and which
 the split model adds again), and never below the mean.
+
+Before the layout is chosen, :func:`probe` reads a few rows of the key columns whose role
+their values decide (``layout.held_roles``): a UUID or text key filled by an app's helper.
 """
 
 from __future__ import annotations
@@ -30,10 +33,10 @@ import sqlalchemy as sa
 from sqlalchemy import types as sqltypes
 
 from sharded_orm.checks import quote_identifier
-from sharded_orm.errors import ShardConfigError, ShardValueError
+from sharded_orm.errors import ShardConfigError, ShardTypeError, ShardValueError
 from sharded_orm.read.plan import EMULATOR_NULL_FILTER_HINT
 from sharded_orm.schema.coerce import base_type
-from sharded_orm.tools.advise.layout import Layout, SeveralGrow, layout_of
+from sharded_orm.tools.advise.layout import Held, Layout, SeveralGrow, layout_of, value_columns
 from sharded_orm.tools.doctor.keys import parse_timestamp
 
 #: the most rows a sample keeps (memory and the merge runs stay small)
@@ -42,6 +45,8 @@ MAX_ROWS = 200_000
 MAX_FILE_BYTES = 256 << 20
 #: standard deviations of a window's Poisson noise taken off the busiest window's count
 BURST_NOISE = 2.0
+#: rows :func:`probe` reads to tell what the key columns' values are
+PROBE_ROWS = 1000
 
 
 @dataclass
@@ -177,7 +182,11 @@ def from_rows(layout: Layout, rows: Iterable[Mapping[str, Any]], source: str,
             f"{source}: no rows to learn from"
             + (f": {empty}" if empty else ": give rows of the table, oldest or newest first")
         )
-    grow = layout.growing
+    # the rows' time: the growing part's, else (a key that grows by its values, a UUIDv7)
+    # a time part of the key space
+    times = [n for n in (layout.growing, *(p for p, _ in layout.parts)) if n]
+    grow = next((n for n in times if any(isinstance(r[n], dt.date) for r in out)), None)
+    grow = grow or layout.growing
     if grow and all(isinstance(r[grow], (dt.datetime, dt.date)) for r in out):
         try:
             out.sort(key=lambda r: r[grow])
@@ -206,6 +215,20 @@ def from_rows(layout: Layout, rows: Iterable[Mapping[str, Any]], source: str,
 def from_csv(layout: Layout, path: str | Path, rows_per_second: float | None = None,
              window: float | None = None) -> Sample:  # fmt: skip
     p = Path(path)
+    cols = {c.name: c for c in _needed(layout)}
+    # a time without a zone is read as UTC (parse_timestamp): the advice says so
+    times = [k for k, c in cols.items() if isinstance(base_type(c.type), sqltypes.DateTime)]
+    naive: set[str] = set()
+    rows = []
+    for i, raw in enumerate(_csv_records(p, MAX_ROWS)):
+        where = f"{str(p)!r} line {i + 2}"
+        rows.append({k: _parse(c, raw[k], where) for k, c in cols.items() if k in raw})
+        naive.update(k for k in times if raw.get(k) and not _ZONED.search(raw[k]))
+    return from_rows(layout, rows, repr(str(p)), rows_per_second, window, naive=naive)
+
+
+def _csv_records(p: Path, limit: int) -> list[dict[str, str]]:
+    """The first ``limit`` records of the CSV file ``p`` as text by its header's names."""
     if not p.is_file():
         raise ShardConfigError(f"no such file: {str(p)!r} (give a CSV of the table's rows)")
     if p.stat().st_size > MAX_FILE_BYTES:
@@ -213,30 +236,23 @@ def from_csv(layout: Layout, path: str | Path, rows_per_second: float | None = N
             f"{str(p)!r} is {p.stat().st_size:,} bytes, more than advise reads "
             f"({MAX_FILE_BYTES:,}): a sample of {MAX_ROWS:,} rows is enough"
         )
-    cols = {c.name: c for c in _needed(layout)}
-    # a time without a zone is read as UTC (parse_timestamp): the advice says so
-    times = [k for k, c in cols.items() if isinstance(base_type(c.type), sqltypes.DateTime)]
-    naive: set[str] = set()
+    rows: list[dict[str, str]] = []
     try:
         with p.open(newline="", encoding="utf-8-sig") as f:
-            reader = csv.DictReader(f)
-            rows = []
-            for i, raw in enumerate(itertools.islice(reader, MAX_ROWS)):
+            for i, raw in enumerate(itertools.islice(csv.DictReader(f), limit)):
                 if None in raw or None in raw.values():
                     raise ShardValueError(
                         f"{str(p)!r} line {i + 2}: a different number of fields than the header "
                         "(a truncated or edited file?)"
                     )
-                where = f"{str(p)!r} line {i + 2}"
-                rows.append({k: _parse(c, raw[k], where) for k, c in cols.items() if k in raw})
-                naive.update(k for k in times if raw.get(k) and not _ZONED.search(raw[k]))
+                rows.append(raw)
     except UnicodeDecodeError as exc:
         raise ShardValueError(
             f"{str(p)!r} is not UTF-8 text (offset {exc.start}): export the rows as UTF-8 CSV"
         ) from None
     except csv.Error as exc:
         raise ShardValueError(f"{str(p)!r} is not a readable CSV file: {exc}") from None
-    return from_rows(layout, rows, repr(str(p)), rows_per_second, window, naive=naive)
+    return rows
 
 
 def from_engine(
@@ -327,7 +343,7 @@ def from_workload(layout: Layout, workload: Any, size: int = 20_000) -> Sample:
 
 def without_flat_counters(
     several: SeveralGrow, model: Any, shard_on: Any, index: str | None,
-    read: Callable[[Layout], Sample],
+    read: Callable[[Layout], Sample], held: tuple[Held, ...] = (),
 ) -> tuple[Layout, Sample] | None:  # fmt: skip
     """Where several key spaces grow only because an integer column is taken for a counter
     by its name (an ``id`` beside a time index): the layout without those, its sample
@@ -337,7 +353,7 @@ def without_flat_counters(
         return None
     guess = tuple((name, "") for name in several.guessed)
     try:
-        layout = layout_of(model, shard_on=shard_on, index=index, flat=guess)
+        layout = layout_of(model, shard_on=shard_on, index=index, flat=guess, held=held)
     except ShardConfigError:  # still several (two times), or none: the first answer holds
         return None
     if layout.growing is None or layout.growing in several.guessed:
@@ -350,3 +366,59 @@ def without_flat_counters(
             f"{several} ({'; '.join(f'{n} grows with time: {why}' for n, why in grows)})"
         )
     return replace(layout, checked=several.guessed, flat=tuple((n, w) for n, _, w in seen)), data
+
+
+def source(sample: Any) -> tuple[str, Any]:
+    """What ``sample`` is (``workload``, ``csv``, ``engine`` or ``rows``) and the sample to
+    read, a one-shot iterable of rows made a list (it is read twice: :func:`probe`)."""
+    from sharded_orm.tools.simulate import Workload
+
+    if isinstance(sample, Workload):
+        return "workload", sample
+    if isinstance(sample, (str, Path)):
+        if "://" in str(sample):
+            raise ShardConfigError(
+                f"{str(sample)!r} is a URL: advise takes an Engine (create_engine(url)) or, on "
+                "the command line, --url"
+            )
+        return "csv", sample
+    if hasattr(sample, "connect") and hasattr(sample, "dialect"):
+        return "engine", sample
+    if isinstance(sample, (list, tuple)):
+        return "rows", sample
+    if hasattr(sample, "__iter__"):
+        return "rows", list(itertools.islice(sample, MAX_ROWS))
+    raise ShardTypeError(
+        "sample must be a simulate Workload, an Engine, a CSV path or an iterable of dicts "
+        f"keyed by column name; got {sample!r}"
+    )
+
+
+def read(layout: Layout, kind: str, sample: Any, rows_per_second: float | None, size: int,
+         window: float) -> Sample:  # fmt: skip
+    """The sample of ``layout`` from ``sample`` (of :func:`source`'s ``kind``)."""
+    if kind == "workload":
+        return from_workload(layout, sample, size)
+    if kind == "csv":
+        return from_csv(layout, sample, rows_per_second, window)
+    if kind == "engine":
+        return from_engine(layout, sample, size, rows_per_second=rows_per_second, window=window)
+    return from_rows(layout, sample, "the rows given", rows_per_second, window)
+
+
+def probe(table: sa.Table, kind: str, sample: Any) -> list[dict[str, Any]]:
+    """Up to ``PROBE_ROWS`` rows of ``table``'s key columns whose role their values decide
+    (``layout.value_columns``), from ``sample`` (of :func:`source`'s ``kind``): a CSV's
+    first records (as text), the database's (one statement, ``LIMIT``), the rows given.
+    A workload's rows are made from the declared roles: they show nothing else (none)."""
+    cols = value_columns(table)
+    if not cols or kind == "workload":
+        return []
+    if kind == "csv":
+        return [dict(r) for r in _csv_records(Path(sample), PROBE_ROWS)]
+    if kind == "engine":
+        stmt = sa.select(*[table.c[c.key] for c in cols]).limit(PROBE_ROWS)
+        with sample.connect() as conn:
+            return [dict(zip([c.name for c in cols], r, strict=True)) for r in conn.execute(stmt)]
+    rows = itertools.islice(sample, PROBE_ROWS)
+    return [dict(r) for r in rows if isinstance(r, Mapping)]
