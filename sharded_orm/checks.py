@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from typing import Any, TypeGuard
 
 from sharded_orm.errors import ShardConfigError, ShardTypeError
+from sharded_orm.limits import SPANNER_NAME_LENGTH
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 
@@ -41,6 +42,26 @@ def check_spanner_name(name: object, what: str = "name") -> str:
         raise ShardConfigError(
             f"{what} {name!r} is not a valid Spanner name: it must start with a letter and "
             "hold only letters, digits and _ (at most 128 characters). Rename it."
+        )
+    return name
+
+
+#: what to do about a name the library made from a given one that came out too long
+MADE_FROM = (
+    "It is made from {!r}: give that a shorter name, or make this change by hand with a "
+    "shorter one (shard_column(name=...), ShardedIndex(name, ...))."
+)
+
+
+def check_name_length(name: str, what: str, fix: str) -> str:
+    """A name the library makes (a successor table, a shard column, an index, a sequence),
+    refused when it is longer than Spanner's names may be (``SPANNER_NAME_LENGTH``, 128
+    characters), here rather than by Spanner when the DDL runs. ``fix`` says which given
+    name to shorten, and how."""
+    if len(name) > SPANNER_NAME_LENGTH:
+        raise ShardConfigError(
+            f"{what} {name!r} is {len(name)} characters long; Spanner's "
+            f"names hold at most {SPANNER_NAME_LENGTH}. {fix}"
         )
     return name
 

@@ -41,6 +41,7 @@ __all__ = [
     "SPANNER_NESTED_FUNCTIONS",
     "SPANNER_PARAMETERS",
     "SPANNER_REQUEST_BYTES",
+    "SPANNER_REQUEST_OVERHEAD",
     "SPANNER_SPLIT_POINTS",
     "SPANNER_SPLIT_REQUEST_BYTES",
     "SPANNER_STATEMENT_CHARS",
@@ -54,6 +55,8 @@ __all__ = [
     "ddl_batches",
     "index_cells",
     "parameter_limit",
+    "param_bytes",
+    "request_budget",
     "value_bytes",
     "RowBytes",
     "row_bytes",
@@ -275,6 +278,35 @@ def value_bytes(value: Any) -> int:
     if isinstance(value, dict):
         return len(json.dumps(value, default=str)) + 8
     return 16
+
+
+#: bytes a query request carries besides its SQL text and its parameters' values: the
+#: session's name, the transaction selector, the parameters' names and types, request
+#: options and tags (an upper bound; the budget :func:`request_budget` leaves them)
+SPANNER_REQUEST_OVERHEAD = 64 * 1024
+
+
+def param_bytes(value: Any) -> int:
+    """Bytes one query parameter's value takes in a request (``ExecuteSql``), about: a
+    string by its UTF-8 length, BYTES as the base64 text the wire carries them as (4 for
+    every 3), an array by its items, each with 8 for its framing; anything else (numbers,
+    dates, timestamps, sent as their text) 32."""
+    if value is None:
+        return 2
+    if isinstance(value, str):
+        return len(value.encode()) + 8
+    if isinstance(value, (bytes, bytearray)):
+        return 4 * -(-len(value) // 3) + 8
+    if isinstance(value, (list, tuple)):
+        return 8 + sum(param_bytes(v) for v in value)
+    return 32
+
+
+def request_budget(sql: str, limit: int = SPANNER_REQUEST_BYTES) -> int:
+    """The bytes a query's parameter values may take under ``limit`` ("Request size other
+    than for commits | 10 MiB"), its SQL text (UTF-8) and :data:`SPANNER_REQUEST_OVERHEAD`
+    left out. At least 1."""
+    return max(1, limit - len(sql.encode()) - SPANNER_REQUEST_OVERHEAD)
 
 
 def column_bytes(column: Any) -> int:

@@ -33,9 +33,10 @@ from sqlalchemy import (
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.orm import Mapped, declared_attr, mapped_column, relationship, validates
 
-from sharded_orm.checks import SPANNER_NAME
+from sharded_orm.checks import SPANNER_NAME, check_name_length
 from sharded_orm.errors import ShardConfigError, ShardTypeError, ShardValueError
 from sharded_orm.hashing import INT64_MAX
+from sharded_orm.limits import SPANNER_NAME_LENGTH
 from sharded_orm.schema.columns import (
     ATTR_COLUMNS_KEY,
     INFO_KEY,
@@ -251,6 +252,13 @@ def hashed_reference(
         hashed_reference(Order, Customer, prefix="customer")
     """
     p_hashed, p_id = _hashed_key(parent)
+    if isinstance(prefix, str):
+        check_name_length(
+            f"{prefix}_hashed_id",
+            "the column",
+            f"It is made from prefix={prefix[:40]!r}...: give a prefix of at most "
+            f"{SPANNER_NAME_LENGTH - len('_hashed_id')} characters.",
+        )
     if not isinstance(prefix, str) or not SPANNER_NAME.fullmatch(f"{prefix}_hashed_id"):
         raise ShardTypeError(
             "prefix names columns (<prefix>_id): give an identifier (a letter, then letters, "

@@ -8,8 +8,8 @@ always does), one split point at each shard boundary ``(1,) .. (count - 1,)``.
 
 Google's guidance (https://cloud.google.com/spanner/docs/pre-splitting-overview and
 https://cloud.google.com/spanner/docs/create-manage-split-points): about 10 split points
-per node; at most 100 split points in one request (more are sent in several requests,
-never refused); points expire after ``expire_after`` (Spanner's default 10 days, at most
+per node; at most 100 split points and 1 MiB in one request (more are sent in several
+requests, never refused); points expire after ``expire_after`` (Spanner's default 10 days, at most
 30). Small instances need no pre-splitting.
 
 The emulator does not implement the API (it answers 501): there ``presplit`` logs that it
@@ -27,13 +27,14 @@ import sqlalchemy as sa
 
 from sharded_orm.checks import check_positive_int, shown
 from sharded_orm.errors import ShardConfigError, ShardTypeError, UnsupportedOnDialectError
-from sharded_orm.limits import SPANNER_SPLIT_POINTS
+from sharded_orm.limits import SPANNER_SPLIT_POINTS, SPANNER_SPLIT_REQUEST_BYTES
 from sharded_orm.schema.columns import get_shard_column, is_shard_column, table_of
 from sharded_orm.schema.indexes import ShardedIndex
 from sharded_orm.spanner import is_spanner
 
 __all__ = [
     "MAX_POINTS_PER_REQUEST",
+    "MAX_REQUEST_BYTES",
     "POINTS_PER_NODE",
     "PresplitReport",
     "presplit",
@@ -44,6 +45,8 @@ _log = logging.getLogger("sharded_orm.presplit")
 
 #: Spanner's limit of split points in one AddSplitPoints request (``sharded_orm.limits``).
 MAX_POINTS_PER_REQUEST = SPANNER_SPLIT_POINTS
+#: Spanner's limit of bytes in one AddSplitPoints request (``sharded_orm.limits``).
+MAX_REQUEST_BYTES = SPANNER_SPLIT_REQUEST_BYTES
 #: Google's recommendation of split points per node.
 POINTS_PER_NODE = 10
 #: Spanner keeps split points at most this long.
@@ -56,7 +59,7 @@ class SplitPoint:
 
     table: str
     index: str | None
-    key: tuple[int, ...]
+    key: tuple[Any, ...]
 
 
 @dataclass
@@ -119,26 +122,63 @@ def split_points(
     return points, notes
 
 
-def _requests(points: list[SplitPoint], expire_time: Any, per_request: int) -> list[Any]:
-    """AddSplitPoints request bodies, each with at most ``per_request`` keys."""
+def _field_bytes(size: int) -> int:
+    """Bytes a length-delimited protobuf field of ``size`` bytes takes: its tag (one byte
+    for the field numbers used here), its length as a varint, itself."""
+    return 1 + max(1, -(-size.bit_length() // 7)) + size
+
+
+def _requests(
+    points: list[SplitPoint],
+    expire_time: Any,
+    per_request: int,
+    byte_limit: int = SPANNER_SPLIT_REQUEST_BYTES,
+    fixed: int = 0,
+) -> list[Any]:
+    """AddSplitPoints request bodies, in order, each with at most ``per_request`` keys and
+    at most ``byte_limit`` bytes as serialised (``fixed``: the request's own fields, its
+    database and initiator), counted from the split points as sent: each key's parts and
+    each table and index group (names and expire time). A point alone over the limit is a
+    request of its own, for Spanner to refuse with its own message."""
     from google.cloud.spanner_admin_database_v1.types import SplitPoints
     from google.protobuf import struct_pb2
 
-    out = []
-    for start in range(0, len(points), per_request):
-        chunk = points[start : start + per_request]
-        groups: dict[tuple[str, str | None], list[Any]] = {}
-        for p in chunk:
-            parts = struct_pb2.ListValue(
-                values=[struct_pb2.Value(string_value=str(v)) for v in p.key]
-            )
-            groups.setdefault((p.table, p.index), []).append(SplitPoints.Key(key_parts=parts))
+    out: list[Any] = []
+    groups: dict[tuple[str, str | None], list[Any]] = {}
+    sizes: dict[tuple[str, str | None], int] = {}  # each group's serialised bytes
+    bases: dict[tuple[str, str | None], int] = {}  # a group with no keys, by table and index
+    count = used = 0
+
+    def flush() -> None:
         out.append(
             [
                 SplitPoints(table=t, index=i or "", keys=keys, expire_time=expire_time)
                 for (t, i), keys in groups.items()
             ]
         )
+
+    for p in points:
+        parts = struct_pb2.ListValue(values=[struct_pb2.Value(string_value=str(v)) for v in p.key])
+        key = SplitPoints.Key(key_parts=parts)
+        entry = _field_bytes(SplitPoints.Key.pb(key).ByteSize())
+        at = (p.table, p.index)
+        if at not in bases:
+            empty = SplitPoints(table=p.table, index=p.index or "", expire_time=expire_time)
+            bases[at] = SplitPoints.pb(empty).ByteSize()
+        before = sizes.get(at)
+        after = (bases[at] if before is None else before) + entry
+        grows = _field_bytes(after) - (0 if before is None else _field_bytes(before))
+        if count and (count + 1 > per_request or fixed + used + grows > byte_limit):
+            flush()
+            groups, sizes, count, used = {}, {}, 0, 0
+            after = bases[at] + entry
+            grows = _field_bytes(after)
+        groups.setdefault(at, []).append(key)
+        sizes[at] = after
+        count += 1
+        used += grows
+    if count:
+        flush()
     return out
 
 
@@ -156,12 +196,15 @@ def presplit(
     nodes: int | None = None,
     initiator: str = "sharded-orm-presplit",
     per_request: int = MAX_POINTS_PER_REQUEST,
+    request_bytes: int = MAX_REQUEST_BYTES,
 ) -> PresplitReport:
     """Add split points at the shard boundaries of ``model``'s table key and sharded indexes.
 
     ``engine`` is a Spanner Engine or Connection; ``indexes=False`` leaves indexes alone;
     ``expire_after`` (at most 30 days) is how long Spanner keeps the points; ``nodes``
-    holds the total to Google's 10 points per node. Returns a :class:`PresplitReport`.
+    holds the total to Google's 10 points per node. Each request holds at most
+    ``per_request`` points (at most 100) and ``request_bytes`` bytes as sent (at most 1
+    MiB), Spanner's limits on one AddSplitPoints request. Returns a :class:`PresplitReport`.
     """
     if not isinstance(engine, (sa.Engine, sa.Connection)):
         raise ShardTypeError(
@@ -181,6 +224,8 @@ def presplit(
         )
     check_positive_int(per_request, "per_request")
     per_request = min(per_request, MAX_POINTS_PER_REQUEST)
+    check_positive_int(request_bytes, "request_bytes")
+    request_bytes = min(request_bytes, MAX_REQUEST_BYTES)
     points, notes = split_points(model, indexes=indexes, nodes=nodes)
     report = PresplitReport(points=points, notes=notes)
     for note in notes:
@@ -199,7 +244,11 @@ def presplit(
     api = database._instance._client.database_admin_api  # the client's own admin stub
     from google.cloud.spanner_admin_database_v1.types import AddSplitPointsRequest
 
-    for i, body in enumerate(_requests(points, expire_time, per_request)):
+    fixed = AddSplitPointsRequest.pb(
+        AddSplitPointsRequest(database=database.name, initiator=initiator)
+    ).ByteSize()
+    bodies = _requests(points, expire_time, per_request, request_bytes, fixed)
+    for i, body in enumerate(bodies):
         request = AddSplitPointsRequest(
             database=database.name, split_points=body, initiator=initiator
         )

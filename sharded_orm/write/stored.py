@@ -12,7 +12,11 @@ On Spanner the keys go as one array per key column, joined to the table on equal
 every key column (:func:`_spanner_by_arrays`): a statement's parameters (one per key
 column) and functions (a few) do not grow with its keys, so no batch meets Spanner's
 limits on parameters or functions per statement (``sharded_orm.limits``). A key column
-with no array type falls back to one OR of ANDs, sized under both limits.
+with no array type falls back to one OR of ANDs, sized under both limits. Every read on
+Spanner is also cut under its request size (``SPANNER_REQUEST_BYTES``, 10 MiB), its keys'
+values counted as sent (:func:`~sharded_orm.limits.param_bytes`; BYTES go as base64): a
+thousand keys of 8 KiB would pass it. Keys whose column types bound them well under it
+(integers, short strings) are not measured.
 """
 
 from __future__ import annotations
@@ -28,7 +32,14 @@ from sqlalchemy.sql import sqltypes
 from sqlalchemy.sql.elements import BindParameter
 
 from sharded_orm.errors import ShardValueError
-from sharded_orm.limits import SPANNER_FUNCTIONS, SPANNER_PARAMETERS, parameter_limit
+from sharded_orm.limits import (
+    SPANNER_FUNCTIONS,
+    SPANNER_PARAMETERS,
+    commit_chunks,
+    param_bytes,
+    parameter_limit,
+    request_budget,
+)
 from sharded_orm.schema.coerce import base_type
 from sharded_orm.schema.timestamps import read_back_error
 from sharded_orm.spanner import is_spanner
@@ -189,13 +200,16 @@ class StoredRows:
         )
         if arrays is not None:
             stmt, procs = arrays
-            for at in range(0, len(wanted), BATCH):
-                chunk = wanted[at : at + BATCH]
-                parts = [chunk] if n == 1 else [[k[j] for k in chunk] for j in range(n)]
-                params = {
-                    f"{_KEYS}_{j}": part if p is None else [p(v) for v in part]
-                    for j, (p, part) in enumerate(zip(procs, parts, strict=True))
-                }
+            # the arrays as sent (each key column's values through its bind processor)
+            parts = [wanted] if n == 1 else [[k[j] for k in wanted] for j in range(n)]
+            sent = [
+                part if p is None else [p(v) for v in part]
+                for p, part in zip(procs, parts, strict=True)
+            ]
+            budget = request_budget(str(stmt))
+            encoded = [p is not None for p in procs]
+            for at, end in _key_chunks(sent, self.pk, BATCH, budget, 0, encoded):
+                params = {f"{_KEYS}_{j}": part[at:end] for j, part in enumerate(sent)}
                 _collect(found, self.conn.execute(stmt, params).all(), n, len(keys))
             return found
         as_json = _json_keys(dialect, self.pk, wanted)
@@ -208,8 +222,14 @@ class StoredRows:
         if or_of_ands:  # Spanner has no row-value IN: an equality per key part, an AND per key
             size = max(1, min(SPANNER_PARAMETERS // n, _SPANNER_FUNCTIONS_FREE // (2 * n)))
         stmt = None if or_of_ands else _select_by_keys(self.table, self.pk, keys, as_json)
-        for at in range(0, len(wanted), size):
-            chunk = wanted[at : at + size]
+        if is_spanner(dialect):  # under the request's bytes too, each key's SQL text counted
+            parts = [wanted] if n == 1 else [[k[j] for k in wanted] for j in range(n)]
+            budget = request_budget(str(select(*self.pk, *[self.table.c[k] for k in keys])))
+            chunks = _key_chunks(parts, self.pk, size, budget, _KEY_TEXT * n)
+        else:
+            chunks = [(at, min(at + size, len(wanted))) for at in range(0, len(wanted), size)]
+        for at, end in chunks:
+            chunk = wanted[at:end]
             if stmt is not None:
                 got = self.conn.execute(
                     stmt, {_KEYS: json.dumps(chunk) if as_json else chunk}
@@ -226,6 +246,61 @@ class StoredRows:
 
 #: functions an OR of ANDs may spend (Spanner's limit, less the statement's own few)
 _SPANNER_FUNCTIONS_FREE = SPANNER_FUNCTIONS - 10
+#: SQL text a key adds to a statement that names each key part (an OR of ANDs, an IN
+#: list): ``table.column = @pN AND``, about, a key part
+_KEY_TEXT = 160
+
+
+_BINARY = (sqltypes.LargeBinary, sqltypes.BINARY, sqltypes.VARBINARY)
+
+
+def _most_bytes(column: Any) -> int | None:
+    """The most bytes a value of key ``column`` takes as a parameter (:func:`param_bytes`),
+    from its type; None when its type does not bound it (STRING(MAX), BYTES(MAX))."""
+    type_ = base_type(column.type)
+    if isinstance(type_, (sqltypes.String, *_BINARY)):
+        length = getattr(type_, "length", None)
+        if not isinstance(length, int):
+            return None
+        if isinstance(type_, _BINARY):
+            return 4 * -(-length // 3) + 8
+        return 4 * length + 8
+    return 32
+
+
+def _sent_bytes(value: Any) -> int:
+    """A BYTES value a bind processor made: already the text the client sends (the
+    Spanner client sends valid base64 as it is), so its own length."""
+    if isinstance(value, (bytes, bytearray)):
+        return len(value) + 8
+    return param_bytes(value)
+
+
+def _key_chunks(
+    parts: Sequence[Sequence[Any]],
+    pk: Sequence[Any],
+    count: int,
+    budget: int,
+    extra: int,
+    encoded: Sequence[bool] = (),
+) -> list[tuple[int, int]]:
+    """The keys (``parts``: one list of values per key column, as sent) cut into reads of
+    at most ``count`` keys and ``budget`` bytes of values (:func:`param_bytes`, with
+    ``extra`` a key for its SQL text; ``encoded``: which key columns' values went through
+    a bind processor, :func:`_sent_bytes`), as ``[start, end)`` ranges in order. The keys are
+    measured only when their columns' types do not already bound a read under
+    ``budget``: keys of integers or short strings cost nothing here."""
+    total = len(parts[0]) if parts else 0
+    most = [_most_bytes(c) for c in pk]
+    if all(m is not None for m in most):
+        bound = sum(m for m in most if m is not None) + 8 + extra
+        if bound * min(total, count) <= budget:
+            return [(at, min(at + count, total)) for at in range(0, total, count)]
+    sizes = [8 + extra] * total
+    for j, part in enumerate(parts):
+        measure = _sent_bytes if j < len(encoded) and encoded[j] else param_bytes
+        sizes = [s + measure(v) for s, v in zip(sizes, part, strict=True)]
+    return commit_chunks(sizes, 1, mutations=count, byte_limit=budget)
 
 
 def _collect(found: dict[Any, Any], got: Sequence[Any], n: int, asked: int) -> None:

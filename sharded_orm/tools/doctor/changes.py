@@ -39,7 +39,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from sharded_orm.checks import check_spanner_name
+from sharded_orm.checks import MADE_FROM, check_name_length, check_spanner_name
 from sharded_orm.errors import ShardConfigError
 from sharded_orm.schema.columns import is_shard_column, shard_column, shard_columns
 from sharded_orm.schema.indexes import ShardedIndex
@@ -117,10 +117,12 @@ class Refusal:
     reason: str
 
 
-def _unique(name: str, taken: set[str], what: str) -> str:
+def _unique(name: str, taken: set[str], what: str, source: Any) -> str:
+    """``name`` (made from the given name ``source``), or ``name2``... the first free."""
     out, i = name, 2
     while out in taken:
         out, i = f"{name}{i}", i + 1
+    check_name_length(out, f"the new {what}", MADE_FROM.format(source))
     check_spanner_name(out, what)
     taken.add(out)
     return out
@@ -245,13 +247,12 @@ class Planner:
     # -- the four changes
 
     def _others(self, table: sa.Table, but: sa.Index | None, suffix: str = "") -> list[IndexSpec]:
-        return [
-            _index_spec(
-                ix, _unique(f"{ix.name}{suffix}", self.names, "index name") if suffix else None
-            )
-            for ix in table.indexes
-            if ix is not but
-        ]
+        new = (
+            (lambda ix: _unique(f"{ix.name}{suffix}", self.names, "index", ix.name))
+            if suffix
+            else None
+        )
+        return [_index_spec(ix, new and new(ix)) for ix in table.indexes if ix is not but]
 
     def _shard_index(
         self, f: HotspotFinding, table: sa.Table, ix: sa.Index, cols: list[Any]
@@ -261,9 +262,10 @@ class Planner:
         sources = [c for c, _ in cols[:mono] if f.role_of(c) == "tenant"] + [cols[mono][0]]
         count = self.count or 10
         taken = set(table.c.keys()) | {c.name for c in table.columns}
-        shard = _unique(f"{cols[mono][0].name}ShardId", taken, "shard column name")
+        lead = cols[mono][0].name
+        shard = _unique(f"{lead}ShardId", taken, "shard column name", lead)
         src = [s.name for s in sources]
-        name = _unique(f"{ix.name}Sharded", self.names, "index name")
+        name = _unique(f"{ix.name}Sharded", self.names, "index name", ix.name)
         _, parts, _, kw, unique = _index_spec(ix)
         new_spec = (name, parts, shard, kw, unique)
         md1, md2 = sa.MetaData(), sa.MetaData()
@@ -302,8 +304,10 @@ class Planner:
                 "reshard for a hot tenant needs a bigger count"
             )
         taken = set(table.c.keys()) | {c.name for c in table.columns}
-        shard = _unique(f"{_strip_count(old.name, old.count)}{count}", taken, "column name")
-        name = _unique(f"{_strip_count(str(ix.name), old.count)}{count}", self.names, "index")
+        shard = _unique(_strip_count(old.name, old.count) + str(count), taken, "column", old.name)
+        name = _unique(
+            _strip_count(str(ix.name), old.count) + str(count), self.names, "index", ix.name
+        )
         _, parts, _, kw, unique = _index_spec(ix)
         src = [s.name for s in old.sources]
         new_spec = (name, parts, shard, kw, unique)
@@ -347,14 +351,14 @@ class Planner:
         count = self.count or (_suggested(f, old_count) if existing else 16)
         suffix = str(count) if existing else "Sharded"
         base = _strip_count(table.name, old_count) if existing else table.name
-        new_name = _unique(f"{base}{suffix}", self.names, "table name")
+        new_name = _unique(f"{base}{suffix}", self.names, "table name", table.name)
         mono = next(i for i, c in enumerate(pk) if f.role_of(c) in MONOTONIC_ROLES)
         if existing:
             shard, sources = existing[0].name, [s.name for s in existing[0].sources]
             drop: tuple[str, ...] = (shard,)
             key = [c.name for c in pk]
         else:
-            shard = _unique("ShardId", set(table.c.keys()), "shard column name")
+            shard = _unique("ShardId", set(table.c.keys()), "shard column name", "ShardId")
             sources, drop = [c.name for c in pk], ()
             key = [shard, *[c.name for c in pk]]
         md_expand, md_final = sa.MetaData(), sa.MetaData()
@@ -391,7 +395,7 @@ class Planner:
 
     def _bit_reversed(self, f: HotspotFinding, table: sa.Table, cols: list[Any]) -> ModelChange:
         col = next(c for c, _ in cols if f.role_of(c) == "counter")
-        seq = _unique(f"{table.name}{col.name}Sequence", self.names, "sequence name")
+        seq = _unique(f"{table.name}{col.name}Sequence", self.names, "sequence name", table.name)
         md = sa.MetaData()
         new = _build(table, md, indexes=self._others(table, None))
         text = (
