@@ -266,8 +266,20 @@ def test_retry_is_layer_zero() -> None:
         if isinstance(n, (ast.Import, ast.ImportFrom))
         for a in n.names
     }
-    assert {m for m in top_level if m.split(".")[0] == "sharded_orm"} == {"sharded_orm.telemetry"}
+    ours = {m for m in top_level if m.split(".")[0] == "sharded_orm"}
+    assert ours == {"sharded_orm.telemetry", "sharded_orm.telemetry.conventions"}
     assert all(m.split(".")[0] in sys.stdlib_module_names | {"__future__", "sharded_orm"}
                for m in top_level)  # fmt: skip
+    # the conventions' attributes: the standard library only
+    import sharded_orm.telemetry.conventions as conventions
+
+    tree = ast.parse(Path(conventions.__file__).read_text())
+    names = {
+        (n.module or "") if isinstance(n, ast.ImportFrom) else a.name
+        for n in ast.walk(tree)
+        if isinstance(n, (ast.Import, ast.ImportFrom))
+        for a in n.names
+    }
+    assert all(m.split(".")[0] in sys.stdlib_module_names | {"__future__"} for m in names), names
     assert all(m.split(".")[0] in sys.stdlib_module_names | {"__future__", "sharded_orm"}
                for m in imported)  # fmt: skip
