@@ -9,11 +9,7 @@ Emulator: a copy stopped after three batches, resumed, and its progress lines.
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
-import logging
-import os
-from collections.abc import Iterator
 from functools import cmp_to_key
 from typing import Any
 
@@ -21,39 +17,11 @@ import pytest
 import sqlalchemy as sa
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_adoption_timed_progress import progress_lines
 
 from sharded_orm.load.copy_cursor import rows_after
-from sharded_orm.progress import ENV_INTERVAL
 
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
-
-
-class _Lines(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.INFO)
-        self.lines: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.lines.append(record.getMessage())
-
-
-@contextlib.contextmanager
-def _progress_lines() -> Iterator[list[str]]:
-    """The ``sharded_orm.progress`` lines of the jobs run inside, one at every advance."""
-    logger = logging.getLogger("sharded_orm.progress")
-    handler, level, before = _Lines(), logger.level, os.environ.get(ENV_INTERVAL)
-    logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
-    os.environ[ENV_INTERVAL] = "0.000001"
-    try:
-        yield handler.lines
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(level)
-        if before is None:
-            del os.environ[ENV_INTERVAL]
-        else:
-            os.environ[ENV_INTERVAL] = before
 
 
 # -- SQLite: the count of the rows past a cursor
@@ -150,7 +118,7 @@ def test_a_resumed_copy_reports_the_rows_left_and_the_time_left(
                    on_batch=stop_after_three, cursor_table="CopyCursors")  # fmt: skip
     left = rows - 150
     assert compare_tables(spanner_engine, old, new)["missing_in_target"] == left
-    with _progress_lines() as lines:
+    with progress_lines() as lines:
         result = copy_table(spanner_engine, old, new, batch_size=50, progress_mode="log",
                             cursor_table="CopyCursors")  # fmt: skip
     assert result.resumed and result.rows == left
