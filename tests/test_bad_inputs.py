@@ -563,7 +563,7 @@ CASES: list[Case] = [
     C("cli lint", "missing table", "lint seed_models:Nope", cli("lint", "seed_models:Nope"), CliExit, "Nope"),
     C("cli lint", "empty collection", "lint ''", cli("lint", ""), CliExit, "error"),
     C("cli lint", "bad option", "lint --format xml", cli("lint", "seed_models:Sharded", "--format", "xml"), CliExit, "xml"),
-    C("cli simulate", "out-of-range int", "--rows-per-second -5", cli("simulate", "seed_models:LogEntry", "--rows-per-second", "-5", "--duration", "60"), CliExit, "rows_per_second"),
+    C("cli simulate", "out-of-range int", "--rows-per-second -5", cli("simulate", "seed_models:LogEntry", "--rows-per-second=-5", "--duration", "60"), CliExit, "--rows-per-second: must be a number > 0"),
     C("cli simulate", "NaN/inf", "--duration nan", cli("simulate", "seed_models:LogEntry", "--rows-per-second", "5", "--duration", "nan"), CliExit, "duration"),
     C("cli simulate", "wrong type", "--nodes three", cli("simulate", "seed_models:LogEntry", "--rows-per-second", "5", "--duration", "60", "--nodes", "three"), CliExit, "three"),
     C("cli simulate", "out-of-range int", "--nodes 0", cli("simulate", "seed_models:LogEntry", "--rows-per-second", "5", "--duration", "60", "--nodes", "0"), CliExit, "node"),
@@ -725,7 +725,7 @@ E = EmulatorCase
 EMULATOR_CASES: list[EmulatorCase] = [
     E("bulk_load", "missing table", "a table not created on the emulator", lambda eng: so.bulk_load(eng, LogEntry, [log_row()], progress=False), ShardingError, "LogEntries"),
     E("page", "missing table", "a table not created on the emulator", _emu_page, sa.exc.DBAPIError, "Events"),
-    E("verify", "missing table", "a table not created on the emulator", lambda eng: so.verify(eng, LogEntry), sa.exc.DBAPIError, "LogEntries"),
+    E("verify", "missing table", "a table not created on the emulator", lambda eng: so.verify(eng, LogEntry), ShardingError, "LogEntries"),
     E("SpannerSequence", "missing table", "a sequence not created", lambda eng: so.SpannerSequence(eng, "NoSuchSeq", deadline=10).next_id(), ShardingError, "NoSuchSeq"),
     E("TableSequence", "missing table", "a Sequences table not created", lambda eng: so.TableSequence(eng, "s", deadline=10).next_id(), ShardingError, "Sequences"),
     E("backfill_shard", "missing table", "a table not created", lambda eng: alembic_ext.backfill_shard(eng, "LogEntries", "EntryShardId", sources=["CompanyId", "Timestamp"], count=10, progress=False), ShardingError, "LogEntries"),

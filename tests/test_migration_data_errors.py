@@ -30,15 +30,15 @@ from alembic_ext.errors import MigrationError
 HOOKS: dict[str, Any] = {}
 
 _SEED = """
-    op.create_table("Events", sa.Column("Id", sa.String(36), primary_key=True),
+    op.create_table("DataErrEvents", sa.Column("Id", sa.String(36), primary_key=True),
                     sa.Column("Kind", sa.String(20)))
-    op.execute("INSERT INTO Events (Id, Kind) VALUES ('e1', 'old')")
+    op.execute("INSERT INTO DataErrEvents (Id, Kind) VALUES ('e1', 'old')")
 """
 
 
 def _kinds(database: Any) -> list[list[Any]]:
     with database.snapshot() as snap:
-        return [list(r) for r in snap.execute_sql("SELECT Id, Kind FROM Events ORDER BY Id")]
+        return [list(r) for r in snap.execute_sql("SELECT Id, Kind FROM DataErrEvents ORDER BY Id")]
 
 
 def _versions(database: Any) -> list[str]:
@@ -48,7 +48,7 @@ def _versions(database: Any) -> list[str]:
 
 def _project(tmp_path: Path, emulator: Any, work: str, *, autocommit: bool = False,
              cli: bool = False) -> tuple[Project, Any, str, str]:  # fmt: skip
-    """Revision 1 (table Events, one row) applied; revision 2 (``work``, not run) arms the
+    """Revision 1 (table DataErrEvents, one row) applied; revision 2 (``work``, not run) arms the
     proxy through ``HOOKS["arm"]`` first."""
     db = emulator.create_database()
     proj = Project(tmp_path, emulator.url(db))
@@ -87,7 +87,9 @@ def _arm(faults: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     )
 
 
-_UPDATE = "op.execute(\"UPDATE Events SET Kind = 'new' WHERE TRUE\", execution_options=TIMEOUT)"
+_UPDATE = (
+    "op.execute(\"UPDATE DataErrEvents SET Kind = 'new' WHERE TRUE\", execution_options=TIMEOUT)"
+)
 
 
 @pytest.mark.emulator
@@ -112,7 +114,7 @@ def test_an_aborted_op_execute_is_one_failed_line_from_the_cli(
     failed = [ln for ln in both.splitlines() if ln.startswith("FAILED:")]
     assert len(failed) == 1, both
     line = failed[0]
-    statement = "`UPDATE Events SET Kind = 'new' WHERE TRUE`"
+    statement = "`UPDATE DataErrEvents SET Kind = 'new' WHERE TRUE`"
     assert line.startswith(f"FAILED: The migration's statement {statement} was aborted"), line
     assert "Nothing of its transaction was applied" in line
     assert "The revision is not recorded" in line
@@ -130,7 +132,7 @@ def test_an_aborted_op_execute_is_one_failed_line_from_the_cli(
         (False, _UPDATE, "Nothing of its transaction was applied"),
         (
             True,
-            "op.get_bind().execute(sa.text(\"UPDATE Events SET Kind = 'new' WHERE TRUE\"),"
+            "op.get_bind().execute(sa.text(\"UPDATE DataErrEvents SET Kind = 'new' WHERE TRUE\"),"
             " execution_options=TIMEOUT)",
             "It was not applied; the migration's statements before it were",
         ),
@@ -148,7 +150,7 @@ def test_an_aborted_data_statement_is_a_migration_error_chained_to_the_abort(
         proj.upgrade()
     message = str(caught.value)
     assert "\n" not in message
-    assert message.startswith("The migration's statement `UPDATE Events SET Kind = 'new'")
+    assert message.startswith("The migration's statement `UPDATE DataErrEvents SET Kind = 'new'")
     assert "was aborted by Spanner" in message and applied in message
     cause = caught.value.__cause__
     assert cause is not None and not isinstance(cause, MigrationError)
@@ -166,7 +168,7 @@ def test_an_aborted_bulk_insert_in_autocommit_is_a_migration_error(
     """op.bulk_insert (a batch of DML) in AUTOCOMMIT: the client's run_in_transaction
     gives up with a raw Aborted after its own retries (about 30 s)."""
     work = """
-t = sa.table("Events", sa.column("Id", sa.String), sa.column("Kind", sa.String))
+t = sa.table("DataErrEvents", sa.column("Id", sa.String), sa.column("Kind", sa.String))
 op.bulk_insert(t, [{"Id": "e2", "Kind": "b"}, {"Id": "e3", "Kind": "b"}])
 """
     proj, database, first, _ = _project(tmp_path, spanner_emulator, work, autocommit=True)
@@ -190,7 +192,7 @@ def test_a_syntax_error_keeps_its_own_message(
 ) -> None:  # fmt: skip
     monkeypatch.setitem(HOOKS, "arm", lambda: None)
     proj, database, first, _ = _project(
-        tmp_path, spanner_emulator, 'op.execute("UPDATE Events SET WHERE TRUE")'
+        tmp_path, spanner_emulator, 'op.execute("UPDATE DataErrEvents SET WHERE TRUE")'
     )
     with pytest.raises(sa.exc.DBAPIError) as caught:
         proj.upgrade()

@@ -272,14 +272,30 @@ def _spanner_snapshot(bind: Any, table: sa.Table, timeout: float) -> Iterator[tu
     scan) and the server-side counts at it too, so every statement sees the table as it
     was at one moment, and none holds a transaction another could end. The count's read,
     restarts included, ends within ``timeout`` (a partition's most)."""
+    from google.api_core import exceptions as api
+
     from sharded_orm.spanner.mutations import database_of
 
     database = database_of(bind)
-    with database.snapshot() as strong:
-        sql = f"SELECT COUNT(*) FROM {quote(table.name, 'table')}"
-        result = strong.execute_sql(sql, timeout=timeout)
-        total = int(next(iter(result))[0])
-        at = result.metadata.transaction.read_timestamp
+    try:
+        with database.snapshot() as strong:
+            sql = f"SELECT COUNT(*) FROM {quote(table.name, 'table')}"
+            result = strong.execute_sql(sql, timeout=timeout)
+            total = int(next(iter(result))[0])
+            at = result.metadata.transaction.read_timestamp
+    except api.GoogleAPICallError as exc:  # said as the library says it, with what to do
+        if isinstance(exc, api.DeadlineExceeded):
+            todo = (
+                f"Spanner did not answer within {timeout:g} s (partition_timeout): run "
+                "verify again, or give it a larger partition_timeout"
+            )
+        elif "not found" in str(exc.message).lower():
+            todo = "check that the table exists in this database (and the URL names it)"
+        else:
+            todo = "run verify again; nothing was changed"
+        raise ShardingError(
+            f"verify could not count the rows of {table.name!r}: {exc.message or exc}; {todo}."
+        ) from exc
     snapshot = database.batch_snapshot(read_timestamp=at)
     try:
         yield snapshot, total, at
