@@ -229,10 +229,16 @@ def _aborted(kind: str) -> BaseException:
 
 
 def _raising(conn: sa.Connection, error: BaseException) -> None:
-    def before(*_: Any) -> None:
-        raise error
+    """``error`` raised where the driver runs ``conn``'s statements (the dialect's
+    ``do_execute``: inside SQLAlchemy's error handling on 2.0 and 2.1 alike, as a driver's
+    own error is; a ``before_cursor_execute`` raise skips it on 2.0)."""
 
-    sa.event.listen(conn, "before_cursor_execute", before)
+    def run(cursor: Any, statement: str, parameters: Any, context: Any) -> bool:
+        if context.root_connection is conn:
+            raise error
+        return False  # another connection's: the next listener's, or the driver's
+
+    sa.event.listen(conn.engine, "do_execute", run)
 
 
 @settings(max_examples=30, deadline=None)
