@@ -24,6 +24,7 @@ import sqlalchemy.engine.default
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy.orm import Session
+from test_cli_errors import EchoingDialect
 
 DEADLINE = 4.0
 #: Slack for the client to notice and unwind (the deadline itself is the bound).
@@ -180,34 +181,11 @@ def test_the_raw_sql_memo_still_warns_once_per_text() -> None:
 # --------------------------------------------------------------------------- passwords
 
 
-class _EchoingDBAPI:
-    """A driver that refuses every connection and echoes everything it was given (the
-    URL's query included), as drivers quoting a DSN do."""
+class _QueryEchoingDialect(EchoingDialect):
+    """test_cli_errors' echoing driver (it refuses every connection and echoes what it was
+    given), given the URL's query too, as drivers quoting a DSN do."""
 
-    paramstyle = "named"
-
-    class Error(Exception):
-        pass
-
-    class OperationalError(Error):
-        pass
-
-    Warning = InterfaceError = DatabaseError = InternalError = OperationalError
-    ProgrammingError = IntegrityError = DataError = NotSupportedError = OperationalError
-
-    @staticmethod
-    def connect(*args: Any, **kwargs: Any) -> Any:
-        raise _EchoingDBAPI.OperationalError(f"cannot connect with {kwargs}: refused")
-
-
-class _QueryEchoingDialect(sa.engine.default.DefaultDialect):
     name = "queryecho"
-    driver = "echo"
-    supports_statement_cache = True
-
-    @classmethod
-    def import_dbapi(cls) -> Any:
-        return _EchoingDBAPI
 
     def create_connect_args(self, url: Any) -> Any:
         return [], {**url.translate_connect_args(), **url.query}
