@@ -50,8 +50,11 @@ def test_utc_datetime_round_trips_aware_on_sqlite() -> None:
 
 #: what ``import sharded_orm`` may load of the package: the registrations (the dialect
 #: names, the shard DDL, the ORM and Session hooks) and what they stand on (telemetry: the
-#: engine hook counts rows per shard; it imports no OpenTelemetry until an operation runs)
-EAGER_LAYERS = ("errors", "checks", "hashing", "limits", "telemetry", "schema", "spanner", "write")
+#: engine hook counts rows per shard; it imports no OpenTelemetry until an operation runs;
+#: memo: the one cache mechanism, stdlib only)
+EAGER_LAYERS = (
+    "errors", "checks", "hashing", "limits", "memo", "telemetry", "schema", "spanner", "write",
+)  # fmt: skip
 
 
 def _loaded_by(code: str) -> set[str]:

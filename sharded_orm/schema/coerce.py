@@ -30,6 +30,7 @@ from sqlalchemy.sql.schema import Column
 
 from sharded_orm.errors import ShardConfigError, ShardTypeError
 from sharded_orm.hashing import INT64_MAX, INT64_MIN
+from sharded_orm.memo import Memo
 from sharded_orm.schema.source_errors import describe as _describe
 from sharded_orm.schema.source_errors import none_error as _none
 from sharded_orm.schema.source_errors import type_error as _type_error
@@ -349,7 +350,9 @@ def _untyped(v: Any) -> Any:
     return v
 
 
-_cache: dict[int, tuple[Column[Any], Any, Coercer]] = {}
+#: id(column) -> (the column, its type, its coercer): holding the column keeps its id its
+#: own while the entry lives; the type is compared to notice a column whose type was replaced
+_coercers: Memo[int, tuple[Column[Any], Any, Coercer]] = Memo("schema.coerce", 4096)
 
 
 def stored_value(column: Column[Any], value: Any) -> Any:
@@ -358,15 +361,13 @@ def stored_value(column: Column[Any], value: Any) -> Any:
     Raises ShardTypeError / ShardValueError when the stored form would be lossy or
     ambiguous, ShardConfigError when the column's type cannot be a source at all.
     """
-    hit = _cache.get(id(column))
+    hit = _coercers.get(id(column))
     if hit is None or hit[0] is not column or hit[1] is not column.type:
         try:
             fn = coercer_for(column)
         except ShardConfigError as exc:
             raise ShardTypeError(str(exc)) from None
-        if len(_cache) > 4096:
-            _cache.clear()
-        _cache[id(column)] = (column, column.type, fn)
+        _coercers.put(id(column), (column, column.type, fn))
     else:
         fn = hit[2]
     return fn(value)

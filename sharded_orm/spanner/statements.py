@@ -24,8 +24,6 @@ statements, and trips when upstream memoises the classification itself.
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import FunctionType
@@ -34,6 +32,8 @@ from typing import Any
 import sqlparse
 from google.cloud.spanner_dbapi import parse_utils as _parse_utils
 from google.cloud.spanner_dbapi.parsed_statement import ParsedStatement, Statement, StatementType
+
+from sharded_orm.memo import Memo
 
 #: Statement texts (per kind of arguments) the memo keeps, least recently used dropped,
 #: and the characters they may hold in all (a text longer than a tenth of that is never
@@ -65,9 +65,18 @@ def _args_kind(args: Any) -> str | None:
     return None  # a mapping or anything else: the DB-API's own classification
 
 
-def _weight(key: tuple[str, str]) -> int:
-    """Characters an entry holds: its text, and the stripped text and SQL it learns."""
-    return 3 * len(key[0])
+#: what the memo holds per text: (the characters it counts for, its shape or a marker)
+_Entry = tuple[int, _Shape | str]
+
+
+def _entry(sql: str, learnt: _Shape | str) -> _Entry:
+    """An entry counts 3 x its text's characters: the text (the key), and the stripped text
+    and SQL it learns."""
+    return (3 * len(sql), learnt)
+
+
+def _weight(entry: _Entry) -> int:
+    return entry[0]
 
 
 def _rebuilt(shape: _Shape, args: Any) -> ParsedStatement:
@@ -80,14 +89,14 @@ def _rebuilt(shape: _Shape, args: Any) -> ParsedStatement:
 
 class StatementMemo:
     """``classify(sql, args)``: the DB-API's ``classify_statement``, memoised per text
-    (a bounded LRU of ``size`` texts; thread-safe)."""
+    (a :class:`~sharded_orm.memo.Memo` of ``size`` texts and ``chars`` characters)."""
 
     def __init__(self, size: int = MEMO_SIZE, chars: int = MEMO_CHARS) -> None:
         self.size = size
         self.chars = chars
-        self._held = 0  # characters of the texts kept
-        self._entries: OrderedDict[tuple[str, str], _Shape | str] = OrderedDict()
-        self._lock = threading.Lock()
+        self._entries: Memo[tuple[str, str], _Entry] = Memo(
+            "spanner.statements", size, maxbytes=chars, sizeof=_weight
+        )
         #: classifications answered from the memo, and by the DB-API
         self.hits = 0
         self.misses = 0
@@ -96,19 +105,15 @@ class StatementMemo:
         return len(self._entries)
 
     def clear(self) -> None:
-        with self._lock:
-            self._entries.clear()
-            self._held = 0
+        self._entries.clear()
 
     def classify(self, sql: Any, args: Any = None) -> ParsedStatement | None:
         kind = _args_kind(args)
         if kind is None or not isinstance(sql, str) or len(sql) * 10 > self.chars:
             return _parse_utils.classify_statement(sql, args)
         key = (sql, kind)
-        with self._lock:
-            entry = self._entries.get(key)
-            if entry is not None:
-                self._entries.move_to_end(key)
+        held = self._entries.get(key)
+        entry = None if held is None else held[1]
         if isinstance(entry, _Shape):
             self.hits += 1
             return _rebuilt(entry, args)
@@ -120,14 +125,7 @@ class StatementMemo:
             learnt = self._learn(sql, args, parsed)
         else:
             return parsed
-        with self._lock:
-            if key not in self._entries:
-                self._held += _weight(key)
-            self._entries[key] = learnt
-            self._entries.move_to_end(key)
-            while len(self._entries) > self.size or self._held > self.chars:
-                old, _ = self._entries.popitem(last=False)
-                self._held -= _weight(old)
+        self._entries.put(key, _entry(sql, learnt))
         return parsed
 
     @staticmethod

@@ -27,7 +27,8 @@ _given: dict[str, Any] = {"tracer_provider": None, "meter_provider": None}
 RECHECK_SECONDS = 1.0
 _idle_until: dict[str, float] = {"tracer_provider": 0.0, "meter_provider": 0.0}
 #: kind -> (the provider, the tracer or meter it made, monotonic time until which it is
-#: taken without asking the providers again)
+#: taken without asking the providers again). Two keys at most, replaced when stale and
+#: emptied by :func:`configure`: state with a lifetime, not a cache to bound (no Memo)
 _made: dict[str, tuple[Any, Any, float]] = {}
 
 

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sharded_orm.checks import check_seconds
+from sharded_orm.memo import Memo
 from sharded_orm.telemetry import api
 
 #: seconds of writes the skew looks back over, and the steps the window moves by
@@ -198,7 +199,8 @@ def count(
 
 
 #: URL -> its db.namespace (computed once per database)
-_databases: dict[Any, str | None] = {}
+_databases: Memo[Any, str | None] = Memo("telemetry.databases", 512)
+_UNKNOWN = object()
 
 
 def database_of(bind: Any) -> str | None:
@@ -206,18 +208,16 @@ def database_of(bind: Any) -> str | None:
     engine = getattr(bind, "engine", bind)
     url = getattr(engine, "url", None)
     try:
-        return _databases[url]
-    except (KeyError, TypeError):
-        pass
+        known = _databases.get(url, _UNKNOWN)
+    except TypeError:  # an unhashable URL of some other library: not kept
+        known, url = _UNKNOWN, _UNKNOWN
+    if known is not _UNKNOWN:
+        return known  # type: ignore[return-value]
     from sharded_orm.telemetry.conventions import database_attributes
 
     found = database_attributes(bind, "", None).get("db.namespace")
-    try:
-        if len(_databases) >= 512:
-            _databases.clear()
-        _databases[url] = found
-    except TypeError:  # an unhashable URL of some other library: not kept
-        pass
+    if url is not _UNKNOWN:
+        _databases.put(url, found)
     return found
 
 

@@ -24,6 +24,7 @@ from contextlib import AbstractContextManager
 from contextvars import ContextVar
 from typing import Any, ParamSpec, TypeVar
 
+from sharded_orm.memo import Memo
 from sharded_orm.telemetry import api
 from sharded_orm.telemetry.conventions import database_attributes, dialect_and_url
 
@@ -210,7 +211,9 @@ def operation(
 
 
 #: (dialect, url, operation, table) -> (span attributes, metric attributes), computed once
-_described: dict[tuple[Any, Any, str, str | None], tuple[dict[str, Any], dict[str, Any]]] = {}
+_described: Memo[tuple[Any, Any, str, str | None], tuple[dict[str, Any], dict[str, Any]]] = Memo(
+    "telemetry.described", 512
+)
 
 
 def _describe(bind: Any, name: str, table: str | None) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -224,9 +227,7 @@ def _describe(bind: Any, name: str, table: str | None) -> tuple[dict[str, Any], 
         attrs = database_attributes(bind, name, table)
         found = (attrs, {k: attrs[k] for k in _METRIC_KEYS if k in attrs})
         if key is not None:
-            if len(_described) >= 512:
-                _described.clear()
-            _described[key] = found
+            _described.put(key, found)
     return found
 
 
