@@ -31,6 +31,7 @@ with an error saying how to resume. Progress goes through :mod:`sharded_orm.prog
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -43,7 +44,7 @@ from sharded_orm.checks import check_identifier, check_positive_int, shown
 from sharded_orm.errors import ShardConfigError, ShardTypeError
 from sharded_orm.hashing import FARM_FINGERPRINT, shard_function, validate_algorithm
 from sharded_orm.progress import Mode
-from sharded_orm.retry import Deadline
+from sharded_orm.retry import DEFAULTS, Deadline
 from sharded_orm.spanner import is_spanner
 
 from . import reflection
@@ -144,7 +145,7 @@ def backfill_shard(
     engine: str = "auto",
     require_complete: bool = False,
     deadline: float | None = None,
-    batch_timeout: float = 60.0,
+    batch_timeout: float = DEFAULTS["pdml"],
 ) -> BackfillResult:
     """Fill ``table.column`` with ``compute_shard(sources, count, algorithm)`` where NULL
     and fix rows whose value is stale (``verify=False``: NULL rows only), in one walk.
@@ -173,6 +174,7 @@ def backfill_shard(
     check_positive_float(batch_timeout, "batch_timeout")
     sa_engine = bind.engine if isinstance(bind, Connection) else bind
     start = time.monotonic()
+    clock = Deadline.after(deadline)  # the whole run's, from here
     spanner = is_spanner(sa_engine)
     if engine == "auto":
         engine = "partitioned_dml" if spanner and algorithm == FARM_FINGERPRINT else "client"
@@ -188,7 +190,7 @@ def backfill_shard(
                 "partitioned DML backfill needs Spanner and algorithm='farm_fingerprint': "
                 "Spanner has no CRC32 function, so crc32 shards are computed by the client"
             )
-        return _partitioned(sa_engine, plan, count, progress, start, require_complete, deadline)
+        return _partitioned(sa_engine, plan, count, progress, start, require_complete, clock)
     writer: SpannerWriter | SqlWriter
     writer = SpannerWriter(sa_engine, plan, key_order) if spanner else SqlWriter(sa_engine, plan)
     try:
@@ -197,9 +199,9 @@ def backfill_shard(
         run = Walk(
             plan, fn, min(batch_size, writer.max_batch_size), writer, progress, start, verify
         )
-        run.walk(Deadline(deadline), batch_timeout)
+        run.walk(clock, batch_timeout)
         if require_complete:
-            _require_complete(writer, plan, run.clock.remaining() if deadline else 600.0)
+            _require_complete(writer, plan, clock.cap(600.0) if deadline else 600.0)
     finally:
         writer.close()
     method = "mutations" if spanner else "client_batches"
@@ -280,7 +282,7 @@ def _partitioned(
     progress: ProgressCallback | bool | Mode | None,
     start: float,
     require_complete: bool,
-    deadline: float | None,
+    clock: Deadline,
 ) -> BackfillResult:
     """In Spanner: ``sharded_orm.load.backfill_server`` with ``fix_stale`` (``WHERE col IS
     NULL OR col != <expr>``), then its closing count of mismatches. Those are an error
@@ -294,7 +296,7 @@ def _partitioned(
     res = backfill_server_side(
         engine, plan.table.name, plan.target.name, sources=[c.name for c in plan.sources],
         count=count, algorithm=FARM_FINGERPRINT, fix_stale=True, progress_mode=mode_of(progress),
-        deadline=None if deadline is None else max(0.001, deadline - (time.monotonic() - start)),
+        deadline=None if clock.seconds == math.inf else clock.call_timeout(),
     )  # fmt: skip
     if res.mismatched and require_complete:
         raise BackfillIncomplete(
@@ -328,7 +330,7 @@ def run(
     batch_size: int = 500,
     engine: str = "auto",
     deadline: float | None = None,
-    batch_timeout: float = 60.0,
+    batch_timeout: float = DEFAULTS["pdml"],
     require_complete: bool = False,
     progress: ProgressCallback | bool | Mode | None = True,
 ) -> BackfillResult:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import time
 import warnings
 from collections.abc import Callable, Iterable
 from contextlib import suppress
@@ -26,7 +25,7 @@ from sharded_orm.limits import (
 from sharded_orm.load.copy import column_value, read_api_value
 from sharded_orm.load.pdml import list_value
 from sharded_orm.read.order import after_condition, at_or_before_condition
-from sharded_orm.retry import RetryPolicy, retry_call
+from sharded_orm.retry import Deadline, RetryPolicy, retry_call
 from sharded_orm.spanner.mutations import database_of
 
 #: Each batch: up to 8 attempts within 120 s (sharded_orm.retry's defaults).
@@ -241,13 +240,13 @@ class SpannerWriter:
         self.quote = engine.dialect.identifier_preparer.quote
         self.max_batch_size = spanner_batch_size(plan)
 
-    def _session(self, timeout: float) -> str:
+    def _session(self, deadline: Deadline) -> str:
         if self.session is None:
             from google.cloud.spanner_v1 import CreateSessionRequest
 
             made = self.api.create_session(
                 request=CreateSessionRequest(database=self.database.name),
-                metadata=self.metadata, timeout=timeout, retry=None,
+                metadata=self.metadata, timeout=deadline.call_timeout(), retry=None,
             )  # fmt: skip
             self.session = str(made.name)
         return self.session
@@ -256,10 +255,10 @@ class SpannerWriter:
         from google.cloud.spanner_v1 import ExecuteSqlRequest
         from google.cloud.spanner_v1.streamed import StreamedResultSet
 
-        deadline = time.monotonic() + timeout
-        request = ExecuteSqlRequest(session=self._session(timeout), sql=sql)
+        deadline = Deadline.after(timeout)
+        request = ExecuteSqlRequest(session=self._session(deadline), sql=sql)
         stream = self.api.execute_streaming_sql(
-            request=request, metadata=self.metadata, timeout=_left(deadline), retry=None
+            request=request, metadata=self.metadata, timeout=deadline.call_timeout(), retry=None
         )
         return [list(r) for r in StreamedResultSet(stream)]
 
@@ -325,9 +324,9 @@ class SpannerWriter:
         )
         from google.cloud.spanner_v1.streamed import StreamedResultSet
 
-        deadline = time.monotonic() + timeout
+        deadline = Deadline.after(timeout)
         request = ReadRequest(
-            session=self._session(timeout),
+            session=self._session(deadline),
             transaction=TransactionSelector(
                 single_use=TransactionOptions(read_only=TransactionOptions.ReadOnly(strong=True))
             ),
@@ -335,7 +334,7 @@ class SpannerWriter:
             key_set=_key_range(after, bound), limit=batch_size * batches,
         )  # fmt: skip
         stream = self.api.streaming_read(
-            request=request, metadata=self.metadata, timeout=_left(deadline), retry=None
+            request=request, metadata=self.metadata, timeout=deadline.call_timeout(), retry=None
         )
         keys = ([column_value(v) for v in k] for k in StreamedResultSet(stream))
         return batch_uppers(keys, bound, batch_size, batches)
@@ -356,14 +355,14 @@ class SpannerWriter:
         from google.cloud.spanner_v1.streamed import StreamedResultSet
 
         plan = self.plan
-        deadline = time.monotonic() + timeout
-        session = self._session(timeout)
+        deadline = Deadline.after(timeout)
+        session = self._session(deadline)
         begun = self.api.begin_transaction(
             request=BeginTransactionRequest(
                 session=session,
                 options=TransactionOptions(read_write=TransactionOptions.ReadWrite()),
             ),
-            metadata=self.metadata, timeout=_left(deadline), retry=None,
+            metadata=self.metadata, timeout=deadline.call_timeout(), retry=None,
         )  # fmt: skip
         txn_id = begun.id
         try:
@@ -373,7 +372,7 @@ class SpannerWriter:
                 table=plan.table.name, columns=self.columns, key_set=key_set, limit=limit,
             )  # fmt: skip
             stream = self.api.streaming_read(
-                request=request, metadata=self.metadata, timeout=_left(deadline), retry=None
+                request=request, metadata=self.metadata, timeout=deadline.call_timeout(), retry=None
             )
             rows = [[column_value(v) for v in r] for r in StreamedResultSet(stream)]
             changes = fix(rows)
@@ -387,13 +386,13 @@ class SpannerWriter:
                 mutations.append(Mutation(update=write))
             self.api.commit(
                 request=CommitRequest(session=session, transaction_id=txn_id, mutations=mutations),
-                metadata=self.metadata, timeout=_left(deadline), retry=None,
+                metadata=self.metadata, timeout=deadline.call_timeout(), retry=None,
             )  # fmt: skip
         except BaseException:
             with suppress(Exception):
                 self.api.rollback(
                     session=session, transaction_id=txn_id, metadata=self.metadata,
-                    timeout=min(2.0, _left(deadline) + 0.5), retry=None,
+                    timeout=min(2.0, deadline.call_timeout() + 0.5), retry=None,
                 )  # fmt: skip
             raise
         return rows
@@ -417,7 +416,3 @@ def _key_range(after: list[Any] | None, bound: list[Any]) -> Any:
 def _wire(values: list[Any]) -> Any:
     """Values (BYTES as bytes: the writer hands out column values) as a wire ListValue."""
     return list_value([read_api_value(v) for v in values])
-
-
-def _left(deadline: float) -> float:
-    return max(0.001, deadline - time.monotonic())

@@ -31,7 +31,7 @@ import sqlalchemy as sa
 from sqlalchemy import event
 
 from sharded_orm.errors import ShardConfigError
-from sharded_orm.retry import error_chain
+from sharded_orm.retry import DEFAULTS, error_chain
 from sharded_orm.spanner.commits import CommitTimeout, finished_within
 from sharded_orm.spanner.commits import commit_within as _bounded_commit
 
@@ -42,7 +42,7 @@ from .steps import PROGRESS_LOGGER
 #: ``alembic.config.Config.attributes`` key: the seconds a migration's own commit (before
 #: a schema change, at its end, of its revision) may take (default ``DEFAULT_COMMIT_TIMEOUT``).
 COMMIT_TIMEOUT_ATTRIBUTE = "sharded_orm.commit_timeout"
-DEFAULT_COMMIT_TIMEOUT = 120.0
+DEFAULT_COMMIT_TIMEOUT = DEFAULTS["commit"]
 
 T = TypeVar("T")
 

@@ -33,6 +33,7 @@ from alembic.operations import MigrateOperation, Operations
 from sharded_orm import telemetry
 from sharded_orm.checks import check_identifier, shown
 from sharded_orm.errors import ShardConfigError
+from sharded_orm.retry import DEFAULTS
 
 from .errors import MigrationError
 from .impl_guard import require_our_impl
@@ -61,7 +62,7 @@ class CopyTableRowsOp(MigrateOperation):
         target: str,
         *,
         batch_size: int = 500,
-        call_timeout: float = 60.0,
+        call_timeout: float = DEFAULTS["statement"],
         deadline: float | None = None,
         engine: str = "client",
     ) -> None:
@@ -100,7 +101,7 @@ class RetireTableOp(MigrateOperation):
         successor: str,
         retired_name: str | None = None,
         batch_size: int = 500,
-        call_timeout: float = 60.0,
+        call_timeout: float = DEFAULTS["statement"],
         deadline: float | None = None,
     ) -> None:
         self.copy = CopyTableRowsOp(

@@ -37,13 +37,15 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from sharded_orm.retry import DEFAULTS, Deadline
+
 from .errors import MigrationError
 from .steps import PROGRESS_LOGGER
 
 DDL_TIMEOUT_ATTRIBUTE = "sharded_orm.ddl_timeout"
 DDL_CALL_TIMEOUT_ATTRIBUTE = "sharded_orm.ddl_call_timeout"
-DEFAULT_DDL_TIMEOUT = 6 * 3600.0
-DEFAULT_DDL_CALL_TIMEOUT = 60.0
+DEFAULT_DDL_TIMEOUT = DEFAULTS["schema_change"]
+DEFAULT_DDL_CALL_TIMEOUT = DEFAULTS["schema_change_call"]
 
 
 #: FAILED_PRECONDITION messages of a schema change refused because the database is busy
@@ -136,9 +138,10 @@ def apply_ddl(database: Any, statements: list[str], *, timeout: float, call_time
     # Database.update_ddl sends through this stub without a timeout: we send with ours
     admin = database._instance._client.database_admin_api
     metadata = [("google-cloud-resource-prefix", database.name)]
-    start = time.monotonic()
-    end = start + timeout
-    state = {"answered": start, "sent": False}
+    whole = Deadline.after(timeout, "the ddl_timeout")
+    # silence: renewed at each answer of Spanner's
+    quiet = [Deadline.after(call_timeout, "the ddl_call_timeout")]
+    sent = [False]
     backoff = Backoff()
     operation_id = ""
 
@@ -148,39 +151,38 @@ def apply_ddl(database: Any, statements: list[str], *, timeout: float, call_time
     def call(rpc: Callable[[float], Any]) -> Any:
         """``rpc(seconds)`` until answered; silence for ``call_timeout`` is an error."""
         while True:
-            now = time.monotonic()
-            quiet_until = state["answered"] + call_timeout
-            if now >= end:
+            if whole.expired:
                 raise fail(f"it was not done within {timeout:g} s (the ddl_timeout)")
-            if now >= quiet_until:
+            if quiet[0].expired:
                 raise fail(
                     f"Spanner did not answer for {call_timeout:g} s (the ddl_call_timeout) "
-                    + ("while it ran" if state["sent"] else "when it was sent")
+                    + ("while it ran" if sent[0] else "when it was sent")
                 )
+            first = whole.sooner(quiet[0])
             try:
-                answer = rpc(max(0.001, min(end, quiet_until) - now))
+                answer = rpc(first.call_timeout())
             except Exception as exc:
                 if not _silent(exc):
                     raise
-                time.sleep(min(0.5, max(0.0, min(end, quiet_until) - time.monotonic())))
+                time.sleep(first.cap(0.5))
                 continue
-            state["answered"] = time.monotonic()
+            quiet[0] = Deadline.after(call_timeout, "the ddl_call_timeout")
             return answer
 
     def wait_until_free(reason: str) -> None:
-        """The batch was refused as the database is busy: wait, or fail past ``end``."""
-        now = time.monotonic()
-        state["answered"] = now  # a refusal is an answer
-        delay = min(backoff.next_delay(), end - now - 0.05)  # one last try before the end
+        """The batch was refused as the database is busy: wait, or fail past ``whole``."""
+        quiet[0] = Deadline.after(call_timeout, "the ddl_call_timeout")  # a refusal answers
+        # one last try before the end
+        delay = min(backoff.next_delay(), whole.remaining() - 0.05)
         if delay <= 0:
             raise SchemaChangeBusy(
-                _busy(reason, now - start, backoff.attempts, timeout, database.name, statements)
+                _busy(reason, whole.elapsed(), backoff.attempts, timeout, database.name, statements)
             )
         _log.info(
             "schema change waiting: Spanner refused it because another schema change or a "
             "read-write transaction is in progress (the app's writers keep one open on the "
             "emulator); retry %d in %.1f s, waited %.0f s of the %g s ddl_timeout: %s",
-            backoff.attempts, delay, now - start, timeout, "; ".join(statements)[:300],
+            backoff.attempts, delay, whole.elapsed(), timeout, "; ".join(statements)[:300],
         )  # fmt: skip
         time.sleep(delay)
 
@@ -188,7 +190,7 @@ def apply_ddl(database: Any, statements: list[str], *, timeout: float, call_time
         # a new id per attempt: a refused request created no operation, a failed one
         # keeps its id; within an attempt the same id makes a re-send safe
         operation_id = f"sharded_orm_{uuid.uuid4().hex}"
-        state["sent"] = False
+        sent[0] = False
         try:
             operation = call(_sender(admin, metadata, database.name, statements, operation_id))
         except Exception as exc:
@@ -196,7 +198,7 @@ def apply_ddl(database: Any, statements: list[str], *, timeout: float, call_time
                 raise
             wait_until_free(str(getattr(exc, "message", exc)))
             continue
-        state["sent"] = True
+        sent[0] = True
         name = f"{database.name}/operations/{operation_id}"
 
         def poll(seconds: float, name: str = name) -> Any:
@@ -207,7 +209,7 @@ def apply_ddl(database: Any, statements: list[str], *, timeout: float, call_time
         delay = 0.2
         while operation is None or not operation.done:
             if operation is not None:
-                time.sleep(max(0.0, min(delay, end - time.monotonic())))
+                time.sleep(whole.cap(delay))
                 delay = min(delay * 1.5, 10.0)
             operation = call(poll)
         code, message = operation.error.code, operation.error.message

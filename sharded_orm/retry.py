@@ -31,8 +31,9 @@ import enum
 import math
 import random
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import TypeVar
 
 from sharded_orm.errors import ShardConfigError, ShardingError, ShardTypeError
@@ -194,6 +195,34 @@ def _may_retry(outcome: Outcome, idempotent: bool) -> bool:
     return outcome is Outcome.RETRY or (idempotent and outcome is Outcome.UNKNOWN)
 
 
+#: The one default deadline, in seconds, of each kind of call the library makes to a
+#: database (docs/deadlines.md, "Defaults"); every module reads its default here.
+#:
+#: * ``statement``: one statement through the dialect (a read or a DML write), from its
+#:   execution through its last row, the replays of an aborted transaction it sets off,
+#:   a session rebuilt for it, and the commit of an autocommit write;
+#: * ``commit``: one commit (SQLAlchemy's, a migration's, a ``bulk_load`` batch's, Beam's);
+#: * ``partition_read``: one partition of a partitioned read streamed whole (``verify``,
+#:   Beam's reads), restarts of its stream included;
+#: * ``schema_change``: one batch of DDL, from sending it to Spanner's "done";
+#: * ``schema_change_call``: Spanner silent while a schema change is awaited;
+#: * ``pdml``: one Partitioned DML statement (a backfill's, or an autocommit write in
+#:   the DB-API's ``PARTITIONED_NON_ATOMIC`` mode).
+DEFAULTS: Mapping[str, float] = MappingProxyType(
+    {
+        "statement": 60.0,
+        "commit": 60.0,
+        "partition_read": 900.0,
+        "schema_change": 6 * 3600.0,
+        "schema_change_call": 60.0,
+        "pdml": 60.0,
+    }
+)
+
+#: The shortest timeout an RPC is sent with: a call with no time left fails at once.
+MIN_CALL_TIMEOUT = 0.001
+
+
 def _number(value: object, what: str, *, minimum: float, allow_none: bool = False) -> float:
     if value is None and allow_none:
         return math.inf
@@ -219,8 +248,8 @@ class RetryPolicy:
 
     attempts: int = 8
     contention_attempts: int = 100
-    deadline: float | None = 120.0
-    call_timeout: float = 60.0
+    deadline: float | None = 2 * DEFAULTS["commit"]
+    call_timeout: float = DEFAULTS["commit"]
     base_delay: float = 0.05
     max_delay: float = 2.0
 
@@ -249,7 +278,9 @@ class RetryPolicy:
             )
 
     @classmethod
-    def for_retries(cls, max_retries: object, deadline: object = 120.0) -> RetryPolicy:
+    def for_retries(
+        cls, max_retries: object, deadline: object = 2 * DEFAULTS["commit"]
+    ) -> RetryPolicy:
         """The policy for a public ``max_retries=`` / ``deadline=`` pair, checked."""
         if isinstance(max_retries, bool) or not isinstance(max_retries, int):
             raise ShardTypeError(f"max_retries must be an int >= 0, got {max_retries!r}")
@@ -258,7 +289,8 @@ class RetryPolicy:
         if deadline is not None:
             _number(deadline, "deadline", minimum=0.001)
         assert deadline is None or isinstance(deadline, (int, float))
-        timeout = 60.0 if deadline is None else max(0.001, min(60.0, float(deadline)))
+        most = DEFAULTS["commit"]
+        timeout = most if deadline is None else max(MIN_CALL_TIMEOUT, min(most, float(deadline)))
         return cls(attempts=max_retries + 1, deadline=deadline, call_timeout=timeout)
 
     def delay(self, retry: int, rng: random.Random | None = None) -> float:
@@ -268,20 +300,75 @@ class RetryPolicy:
 
 
 class Deadline:
-    """The point in time an operation must end by (monotonic clock)."""
+    """The instant an operation must end by (monotonic clock): the library's one deadline.
 
-    def __init__(self, seconds: float | None) -> None:
+    Made once where a user's seconds enter the library (``timeout=``, ``deadline=``,
+    ``commit_timeout=``...: :meth:`after`), then passed down to every call made on the
+    operation's behalf: each takes :meth:`remaining` (or :meth:`cap` of its own limit)
+    as its RPC timeout, and :meth:`check` raises the one error once time is up.
+    ``seconds`` is what was asked for (for messages); ``what`` names the limit
+    ("its deadline", "commit_timeout").
+    """
+
+    __slots__ = ("end", "seconds", "start", "what")
+
+    def __init__(self, seconds: float | None, what: str = "its deadline") -> None:
         self.start = time.monotonic()
-        self.end = math.inf if seconds is None else self.start + seconds
+        self.seconds = math.inf if seconds is None else float(seconds)
+        self.end = self.start + self.seconds
+        self.what = what
+
+    @classmethod
+    def after(cls, seconds: float | None, what: str = "its deadline") -> Deadline:
+        """The deadline ``seconds`` from now (None: none at all)."""
+        return cls(seconds, what)
 
     def remaining(self) -> float:
+        """Seconds left (0 once it passed; ``inf`` for no deadline)."""
         return max(0.0, self.end - time.monotonic())
 
+    @property
     def expired(self) -> bool:
+        """The deadline passed."""
         return time.monotonic() >= self.end
 
     def elapsed(self) -> float:
+        """Seconds since the deadline was set."""
         return time.monotonic() - self.start
+
+    def cap(self, seconds: float) -> float:
+        """The timeout of one call whose own limit is ``seconds``: the smaller of that and
+        the time left, never below :data:`MIN_CALL_TIMEOUT` (a call with no time left
+        times out at once)."""
+        return max(MIN_CALL_TIMEOUT, min(seconds, self.end - time.monotonic()))
+
+    def call_timeout(self) -> float:
+        """The timeout of one RPC under this deadline (see :meth:`cap`)."""
+        return self.cap(math.inf)
+
+    def sooner(self, other: Deadline | None) -> Deadline:
+        """The earlier of this deadline and ``other`` (this one for None)."""
+        return self if other is None or self.end <= other.end else other
+
+    def check(self, what: str) -> None:
+        """Raise :class:`RetryDeadlineError` (a ``TimeoutError``) naming ``what`` and the
+        seconds, if the deadline passed."""
+        if self.expired:
+            raise self.error(what)
+
+    def error(self, what: str) -> RetryDeadlineError:
+        """The error for ``what`` not finished by this deadline."""
+        return RetryDeadlineError(
+            f"{what} did not finish within {self.what} of {self.seconds:g} s "
+            f"({self.elapsed():.1f} s elapsed)",
+            attempts=0,
+            elapsed=self.elapsed(),
+            outcome=Outcome.UNKNOWN,
+            last_error=TimeoutError(what),
+        )
+
+    def __repr__(self) -> str:
+        return f"Deadline({self.seconds:g} s, {self.remaining():.3f} s left)"
 
 
 def retry_call(

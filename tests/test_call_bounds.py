@@ -87,6 +87,9 @@ WRITES: dict[str, Callable[[sa.Connection], None]] = {
 }
 
 
+# 6 fault cases; quick loop:
+# test_a_transaction_that_lost_its_session_fails_clearly_and_commits_nothing
+@pytest.mark.slow
 @pytest.mark.emulator
 @pytest.mark.parametrize("fault", ["silent", "aborted"])
 @pytest.mark.parametrize("write", list(WRITES))
@@ -117,6 +120,8 @@ def test_batched_dml_ends_within_the_statement_s_deadline(
 # --------------------------------------------------------------------------- raw-SQL memo
 
 
+# quick loop: test_the_raw_sql_memo_still_warns_once_per_text
+@pytest.mark.slow
 def test_the_raw_sql_memo_is_bounded_by_bytes_whatever_the_texts_size() -> None:
     """300 raw statements of 200 KB each left 57 MiB in the memo of texts already checked
     (it kept the texts); it keeps fixed-size digests now, and still checks a text once."""

@@ -31,7 +31,7 @@ from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.windowed_value import WindowedValue
 
 from sharded_orm.checks import check_seconds
-from sharded_orm.retry import RetryPolicy, retry_call
+from sharded_orm.retry import DEFAULTS, RetryPolicy, retry_call
 from sharded_orm.spanner.deadlines import call_options
 from sharded_orm.spanner.mutations import RawSpanner, key_order
 
@@ -40,11 +40,11 @@ from sharded_orm.spanner.mutations import RawSpanner, key_order
 NAMESPACE = "sharded_orm.spanner_io"
 OPS = ("insert", "insert_or_update", "replace", "update")
 #: Seconds one commit attempt of a batch may take.
-DEFAULT_COMMIT_TIMEOUT = 60.0
+DEFAULT_COMMIT_TIMEOUT = DEFAULTS["commit"]
 #: A batch's attempts together take at most this many ``commit_timeout``.
 COMMIT_ATTEMPTS_SPAN = 3
 #: Seconds the partitioning of a query, and the read of each partition, may take.
-DEFAULT_READ_TIMEOUT = 900.0
+DEFAULT_READ_TIMEOUT = DEFAULTS["partition_read"]
 
 
 @dataclass(frozen=True)

@@ -54,7 +54,7 @@ from sharded_orm.load.writers import (
     stopped,
 )
 from sharded_orm.progress import progress as progress_bar
-from sharded_orm.retry import Deadline, RetryPolicy
+from sharded_orm.retry import DEFAULTS, Deadline, RetryPolicy
 from sharded_orm.schema.columns import table_of
 from sharded_orm.spanner import is_spanner
 from sharded_orm.telemetry import operation
@@ -152,7 +152,7 @@ def bulk_load(
     progress: bool | None = None,
     max_retries: int = 8,
     deadline: float | None = None,
-    commit_timeout: float = 60.0,
+    commit_timeout: float = DEFAULTS["commit"],
     seed: int = 0,
 ) -> BulkLoadReport:
     """Load ``rows`` into a table: key-range partitioned, parallel, retried, reported.

@@ -50,7 +50,7 @@ from sharded_orm.load.copy_cursor import (
 )
 from sharded_orm.load.verify import connect, quote, row_decoder
 from sharded_orm.progress import progress
-from sharded_orm.retry import Deadline, RetryPolicy, retry_call
+from sharded_orm.retry import DEFAULTS, Deadline, RetryPolicy, retry_call
 from sharded_orm.schema.columns import shard_columns, table_of
 from sharded_orm.schema.keys import is_descending
 from sharded_orm.schema.value_codec import dumps_key
@@ -117,7 +117,7 @@ def copy_table(
     *,
     batch_size: int = 500,
     deadline: float | None = None,
-    call_timeout: float = 60.0,
+    call_timeout: float = DEFAULTS["statement"],
     progress_mode: Any = "auto",
     on_batch: Callable[[CopyProgress], None] | None = None,
     cursor_table: str | None = None,

@@ -14,23 +14,21 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-import time
 from collections.abc import Sequence
 from contextlib import suppress
 from decimal import Decimal
 from typing import Any
 
 from sharded_orm.errors import ShardConfigError
+from sharded_orm.retry import Deadline
 
 __all__ = ["SpannerCalls", "list_value", "param_type", "wire_value"]
 
 
-def _left(deadline: float) -> float:
-    return max(0.001, deadline - time.monotonic())
-
-
 class SpannerCalls:
-    """One session; statements and queries each bounded by the ``timeout`` given."""
+    """One session; statements and queries each bounded by the ``timeout`` given (seconds,
+    or the caller's :class:`~sharded_orm.retry.Deadline`, which every RPC of the call
+    shares)."""
 
     def __init__(self, database: Any) -> None:
         self.database = database
@@ -41,25 +39,25 @@ class SpannerCalls:
         ]
         self.session: str | None = None
 
-    def _session(self, deadline: float) -> str:
+    def _session(self, deadline: Deadline) -> str:
         if self.session is None:
             from google.cloud.spanner_v1 import CreateSessionRequest
 
             made = self.api.create_session(
                 request=CreateSessionRequest(database=self.database.name),
-                metadata=self.metadata, timeout=_left(deadline), retry=None,
+                metadata=self.metadata, timeout=deadline.call_timeout(), retry=None,
             )  # fmt: skip
             self.session = str(made.name)
         return self.session
 
-    def _stream(self, deadline: float, **request: Any) -> Any:
+    def _stream(self, deadline: Deadline, **request: Any) -> Any:
         from google.cloud.spanner_v1 import ExecuteSqlRequest
         from google.cloud.spanner_v1.streamed import StreamedResultSet
 
         try:
             req = ExecuteSqlRequest(session=self._session(deadline), **request)
             stream = self.api.execute_streaming_sql(
-                request=req, metadata=self.metadata, timeout=_left(deadline), retry=None
+                request=req, metadata=self.metadata, timeout=deadline.call_timeout(), retry=None
             )
             result = StreamedResultSet(stream)
             rows = [list(r) for r in result]
@@ -69,7 +67,7 @@ class SpannerCalls:
         return rows, result
 
     def query(
-        self, sql: str, timeout: float, params: dict[str, Any] | None = None
+        self, sql: str, timeout: float | Deadline, params: dict[str, Any] | None = None
     ) -> list[list[Any]]:
         """The rows of a strong single-use read-only query."""
         from google.cloud.spanner_v1 import TransactionOptions, TransactionSelector
@@ -77,13 +75,13 @@ class SpannerCalls:
         strong = TransactionOptions(read_only=TransactionOptions.ReadOnly(strong=True))
         rows: list[list[Any]]
         rows, _ = self._stream(
-            time.monotonic() + timeout, sql=sql,
+            _deadline(timeout), sql=sql,
             transaction=TransactionSelector(single_use=strong), **_params(params),
         )  # fmt: skip
         return rows
 
     def partitioned_update(
-        self, sql: str, timeout: float, params: dict[str, Any] | None = None
+        self, sql: str, timeout: float | Deadline, params: dict[str, Any] | None = None
     ) -> int:
         """One Partitioned DML statement; Spanner's lower bound of the rows it changed."""
         from google.cloud.spanner_v1 import (
@@ -92,12 +90,12 @@ class SpannerCalls:
             TransactionSelector,
         )
 
-        deadline = time.monotonic() + timeout
+        deadline = _deadline(timeout)
         options = TransactionOptions(partitioned_dml=TransactionOptions.PartitionedDml())
         try:
             txn = self.api.begin_transaction(
                 request=BeginTransactionRequest(session=self._session(deadline), options=options),
-                metadata=self.metadata, timeout=_left(deadline), retry=None,
+                metadata=self.metadata, timeout=deadline.call_timeout(), retry=None,
             )  # fmt: skip
         except Exception:
             self.session = None
@@ -113,6 +111,11 @@ class SpannerCalls:
         if name is not None:
             with suppress(Exception):
                 self.api.delete_session(name=name, metadata=self.metadata, timeout=2.0, retry=None)
+
+
+def _deadline(timeout: float | Deadline) -> Deadline:
+    """The caller's deadline, or one ``timeout`` seconds from now."""
+    return timeout if isinstance(timeout, Deadline) else Deadline.after(timeout)
 
 
 def _params(params: dict[str, Any] | None) -> dict[str, Any]:

@@ -39,6 +39,7 @@ from sharded_orm.errors import ShardConfigError, ShardingError, ShardTypeError
 from sharded_orm.hashing import FARM_FINGERPRINT
 from sharded_orm.limits import SPANNER_FUNCTIONS
 from sharded_orm.progress import progress
+from sharded_orm.retry import DEFAULTS
 from sharded_orm.schema.coerce import base_type
 from sharded_orm.schema.columns import ShardColumn, shard_columns, table_of
 from sharded_orm.spanner import is_spanner
@@ -314,7 +315,7 @@ def _verify_figures(report: VerifyReport) -> dict[str, Any]:
 @traced("verify", _verify_target, _verify_figures)
 def verify(
     bind: Any, model_or_table: Any, *, progress_mode: Any = "auto", workers: int = 4,
-    partition_timeout: float = 3600.0,
+    partition_timeout: float = DEFAULTS["partition_read"],
 ) -> VerifyReport:  # fmt: skip
     """Check every row's shard columns against their sources; see the module docstring.
 

@@ -16,7 +16,6 @@ it skips the DB-API's rollback, which would wait on the same silent server.
 
 from __future__ import annotations
 
-import threading
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -24,13 +23,25 @@ from typing import Any
 from google.cloud.spanner_dbapi import exceptions as _dbapi
 
 from sharded_orm.checks import is_seconds
+from sharded_orm.retry import DEFAULTS, Deadline
 from sharded_orm.spanner.connection import commit_deadline
-from sharded_orm.telemetry import carried
+from sharded_orm.spanner.deadlines import finished_within
+
+__all__ = [
+    "COMMIT_TIMEOUT_ARGUMENT",
+    "DEFAULT_COMMIT_TIMEOUT",
+    "CommitTimeout",
+    "check_commit_timeout",
+    "commit_within",
+    "finished_within",
+    "is_abandoned",
+]
 
 #: ``create_engine`` keyword (and ``sqlalchemy.`` option of ``engine_from_config``).
 COMMIT_TIMEOUT_ARGUMENT = "commit_timeout"
-#: Seconds a commit may take when ``commit_timeout`` is not given.
-DEFAULT_COMMIT_TIMEOUT = 60.0
+#: Seconds a commit may take when ``commit_timeout`` is not given (the ``commit`` entry
+#: of :data:`sharded_orm.retry.DEFAULTS`).
+DEFAULT_COMMIT_TIMEOUT = DEFAULTS["commit"]
 
 # DB-API connections whose commit was abandoned, still running in its thread
 _abandoned: weakref.WeakSet[Any] = weakref.WeakSet()
@@ -57,30 +68,6 @@ def is_abandoned(dbapi_connection: Any) -> bool:
     return dbapi_connection in _abandoned
 
 
-def finished_within(call: Callable[[], None], seconds: float) -> bool:
-    """Run ``call`` in a daemon thread and wait at most ``seconds``: True if it returned
-    (its exception is raised here), False if it is still running (left to its own end)."""
-    outcome: list[BaseException | None] = []
-
-    def run() -> None:
-        try:
-            call()
-        except BaseException as exc:  # handed to the waiting thread
-            outcome.append(exc)
-        else:
-            outcome.append(None)
-
-    # the commit reports to the caller's span (its client span nests under it)
-    worker = threading.Thread(target=carried(run), name="sharded-orm-commit", daemon=True)
-    worker.start()
-    worker.join(seconds)
-    if not outcome:
-        return False
-    if outcome[0] is not None:
-        raise outcome[0]
-    return True
-
-
 def commit_within(commit: Callable[[], None], seconds: float | None, driver: Any) -> None:
     """``commit()``, or :class:`CommitTimeout` if it has not returned within ``seconds``
     (``driver``, the DB-API connection, is then marked abandoned)."""
@@ -89,8 +76,9 @@ def commit_within(commit: Callable[[], None], seconds: float | None, driver: Any
         return
     # a replay of the transaction, if Spanner aborts it at commit, ends by then too
     commit_deadline(driver, seconds)
+    deadline = Deadline.after(seconds, COMMIT_TIMEOUT_ARGUMENT)
     try:
-        done = finished_within(commit, seconds)
+        done = finished_within(commit, deadline)
     except BaseException:
         commit_deadline(driver, None)
         raise

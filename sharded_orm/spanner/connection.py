@@ -38,6 +38,7 @@ transaction sends nothing (``tests/test_call_bounds.py``).
 from __future__ import annotations
 
 import inspect
+from contextlib import suppress
 from typing import Any
 
 from google.api_core.exceptions import NotFound
@@ -47,7 +48,13 @@ from google.cloud.spanner_dbapi.cursor import Cursor
 from google.cloud.spanner_dbapi.exceptions import InterfaceError, OperationalError, RetryAborted
 from google.cloud.spanner_dbapi.transaction_helper import TransactionRetryHelper
 
-from sharded_orm.spanner.deadlines import TIMEOUT_OPTION, DeadlineCursor, StatementDeadline
+from sharded_orm.retry import DEFAULTS, Deadline
+from sharded_orm.spanner.deadlines import (
+    TIMEOUT_OPTION,
+    DeadlineCursor,
+    StatementDeadline,
+    finished_within,
+)
 from sharded_orm.spanner.statements import ParseUtilsView, StatementMemo, run_with_names
 
 #: The longest wait between two replays of a transaction aborted again (and at most an
@@ -89,7 +96,7 @@ def _session_lost_error(exc: BaseException, what: str) -> SessionLost:
     )
 
 
-class _ReplayWithinDeadline(TransactionRetryHelper):  # type: ignore[misc]
+class _ReplaysInTime(TransactionRetryHelper):  # type: ignore[misc]
     def __init__(self, connection: ShardedConnection) -> None:
         super().__init__(connection)
         self.sharded = connection
@@ -125,7 +132,7 @@ class ShardedConnection(Connection):  # type: ignore[misc]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._transaction_helper = _ReplayWithinDeadline(self)
+        self._transaction_helper = _ReplaysInTime(self)
         #: the deadline of the statement or commit under way (None: none of ours)
         self.deadline: StatementDeadline | None = None
         #: a replay ran out of time: the transaction is over on the server's side
@@ -157,8 +164,28 @@ class ShardedConnection(Connection):  # type: ignore[misc]
             current = manager._multiplexed_session
             if current is None or not (lost is current or current.name in str(exc)):
                 return  # another connection rebuilt it already, or it was a pooled one
-            # the client's maintenance thread renews whichever session is current
-            manager._multiplexed_session = manager._build_multiplexed_session()
+
+        def rebuild() -> None:
+            # CreateSession under the client's own timeout and retries (``Session.create``
+            # takes none); installed when it answers, unless another rebuild was first
+            built = manager._build_multiplexed_session()
+            with lock:
+                if manager._multiplexed_session is current:
+                    # the client's maintenance thread renews whichever session is current
+                    manager._multiplexed_session = built
+
+        # the rebuild is waited for until the deadline of the call under way
+        deadline = self.deadline.deadline if self.deadline is not None else None
+        deadline = deadline or Deadline.after(DEFAULTS["statement"])
+        if not finished_within(rebuild, deadline):
+            raise SessionLost(
+                "Spanner no longer knows this connection's session (the server restarted, "
+                "or deleted it after an hour idle), and did not answer the request for a "
+                f"new one within {deadline.what} of {deadline.seconds:g} s. Nothing was "
+                "run: try again once Spanner answers (the new session is used as soon as "
+                "it is made); raise execution_options("
+                f"{TIMEOUT_OPTION}=<seconds>) if it needs longer."
+            ) from exc
 
     def commit(self) -> None:
         try:
@@ -183,7 +210,10 @@ class ShardedConnection(Connection):  # type: ignore[misc]
         except Exception as exc:
             if not lost_session(exc):
                 raise
-            self.drop_lost_session(exc)  # Spanner forgot the transaction with its session
+            # Spanner forgot the transaction with its session; a new session that Spanner
+            # does not make in time is made again by the next statement
+            with suppress(SessionLost):
+                self.drop_lost_session(exc)
 
     def close(self) -> None:
         self._forget_given_up()
@@ -271,7 +301,7 @@ def commit_deadline(driver: Any, seconds: float | None) -> None:
         driver.deadline = (
             None
             if seconds is None
-            else StatementDeadline(seconds + COMMIT_REPLAY_GRACE, "commit_timeout")
+            else StatementDeadline(Deadline.after(seconds + COMMIT_REPLAY_GRACE, "commit_timeout"))
         )
 
 

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import functools
 import re
-import time
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -49,11 +49,19 @@ from google.cloud.spanner_dbapi import Cursor
 from google.cloud.spanner_dbapi import exceptions as _dbapi
 
 from sharded_orm.checks import MAX_SECONDS, is_seconds
+from sharded_orm.retry import DEFAULTS, Deadline
+from sharded_orm.telemetry import carried
 
 #: Execution option naming a statement's deadline, in seconds.
 TIMEOUT_OPTION = "timeout"
-#: Seconds a statement may take when no ``timeout`` execution option is set.
-DEFAULT_READ_TIMEOUT = 60.0
+#: Seconds a statement may take when no ``timeout`` execution option is set (the
+#: ``statement`` entry of :data:`sharded_orm.retry.DEFAULTS`).
+DEFAULT_READ_TIMEOUT = DEFAULTS["statement"]
+
+#: How much longer than a deadline we wait for a call run in a thread of its own
+#: (:func:`finished_within`), so that the RPCs it makes under the same deadline report
+#: their own error first.
+WAIT_GRACE = 0.5
 
 #: Statements per ``ExecuteBatchDml`` request of one ``executemany`` in a transaction.
 BATCH_DML_STATEMENTS = 100
@@ -89,36 +97,49 @@ def timeout_of(options: Any, default: float | None = DEFAULT_READ_TIMEOUT) -> fl
 
 
 class StatementDeadline:
-    """An api-core timeout decorator: each attempt gets the time left until one instant.
+    """The DB-API-facing adapter of the one :class:`~sharded_orm.retry.Deadline`: an
+    api-core timeout decorator giving each attempt the time left until that deadline.
 
     One per statement (its cursor's); a replay of an aborted transaction that statement
-    set off runs under the same one (:mod:`.connection`)."""
+    set off runs under the same one (:mod:`.connection`). It keeps no clock of its own:
+    ``deadline`` is the statement's (or the commit's) :class:`~sharded_orm.retry.Deadline`."""
 
-    def __init__(self, seconds: float, what: str = "its deadline") -> None:
-        self.seconds = seconds
-        self.at = time.monotonic() + seconds
-        #: what the deadline is, for messages ("its deadline", "commit_timeout")
-        self.what = what
+    def __init__(self, deadline: Deadline | float, what: str = "its deadline") -> None:
+        #: the one deadline this adapter hands to the client
+        self.deadline = deadline if isinstance(deadline, Deadline) else Deadline(deadline, what)
         #: the last attempt failed for want of time or of a server
         self.failed = False
 
     @property
+    def seconds(self) -> float:
+        """The seconds asked for."""
+        return self.deadline.seconds
+
+    @property
+    def what(self) -> str:
+        """What the deadline is, for messages ("its deadline", "commit_timeout")."""
+        return self.deadline.what
+
+    @property
     def left(self) -> float:
         """Seconds until the deadline (0 once it passed)."""
-        return max(0.0, self.at - time.monotonic())
+        return self.deadline.remaining()
 
     @property
     def given_up(self) -> bool:
         """The deadline passed, or an attempt under it failed: the read is over."""
-        return self.failed or time.monotonic() >= self.at
+        return self.failed or self.deadline.expired
+
+    def exceeded(self) -> Exception:
+        """The client's DEADLINE_EXCEEDED for a call made after the deadline."""
+        return _api.DeadlineExceeded(f"deadline of {self.seconds:g} s reached")  # type: ignore[no-untyped-call]
 
     def __call__(self, func: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(func)
         def within_deadline(*args: Any, **kwargs: Any) -> Any:
-            left = self.at - time.monotonic()
-            if left <= 0:
-                raise _api.DeadlineExceeded(f"deadline of {self.seconds:g} s reached")  # type: ignore[no-untyped-call]
-            kwargs["timeout"] = left
+            if self.deadline.expired:
+                raise self.exceeded()
+            kwargs["timeout"] = self.deadline.call_timeout()
             try:
                 result = func(*args, **kwargs)
             except _READ_FAILURES:
@@ -130,7 +151,38 @@ class StatementDeadline:
         return within_deadline
 
 
-def call_options(seconds: float | StatementDeadline | None) -> dict[str, Any]:
+def finished_within(call: Callable[[], Any], deadline: Deadline | float) -> bool:
+    """Run ``call`` in a daemon thread and wait for it until ``deadline`` (a
+    :class:`~sharded_orm.retry.Deadline`, or seconds from now): True if it returned (its
+    exception is raised here), False if it is still running (left to its own end: the
+    client's own timeout of the call it is blocked in).
+
+    For the client calls that take no timeout (``Transaction.commit`` inside
+    ``run_in_transaction``, ``execute_partitioned_dml``, a session's ``create``): the wait
+    is bounded, the call is not."""
+    wait = deadline.remaining() if isinstance(deadline, Deadline) else max(0.0, deadline)
+    outcome: list[BaseException | None] = []
+
+    def run() -> None:
+        try:
+            call()
+        except BaseException as exc:  # handed to the waiting thread
+            outcome.append(exc)
+        else:
+            outcome.append(None)
+
+    # the call reports to the caller's span (its client span nests under it)
+    worker = threading.Thread(target=carried(run), name="sharded-orm-bounded", daemon=True)
+    worker.start()
+    worker.join(wait)
+    if not outcome:
+        return False
+    if outcome[0] is not None:
+        raise outcome[0]
+    return True
+
+
+def call_options(seconds: float | Deadline | StatementDeadline | None) -> dict[str, Any]:
     """``timeout`` and ``retry`` for ``execute_sql``: one deadline ``seconds`` from now
     (or the given one, shared with the calls already under it)."""
     if seconds is None:
@@ -141,7 +193,7 @@ def call_options(seconds: float | StatementDeadline | None) -> dict[str, Any]:
         initial=0.05,
         maximum=1.0,
         multiplier=2.0,
-        timeout=max(deadline.left, 0.001),
+        timeout=deadline.deadline.call_timeout(),
     )
     return {"timeout": deadline, "retry": retry}
 
@@ -183,7 +235,7 @@ class _BoundedTransaction(_Bounded):
         # wait on a server that did not answer; the batch's error stands.
         deadline = self._options.get("timeout")
         if isinstance(deadline, StatementDeadline) and deadline.given_up:
-            raise _api.DeadlineExceeded(f"deadline of {deadline.seconds:g} s reached")  # type: ignore[no-untyped-call]
+            raise deadline.exceeded()
         return self._inner._reset_and_begin()
 
 
@@ -197,22 +249,61 @@ class _BoundedDatabase(_Bounded):
             yield _Bounded(snapshot, self._options)
 
     def run_in_transaction(self, func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        # An executemany in autocommit mode runs here: the client's batch_update under its
-        # own 30 s, and its replays of an ABORTED transaction until 120 s. Both end at the
-        # statement's deadline; a replay waits at most an eighth of the time left.
+        # An autocommit write runs here (one DML, or an executemany): the client's
+        # execute_sql / batch_update, its replays of an ABORTED transaction until 120 s,
+        # and its Commit, which takes no timeout (the client's hour). The statements and
+        # replays carry the statement's deadline (a replay waits at most an eighth of
+        # the time left); the whole call, its Commit included, is waited for until then.
         deadline = self._options.get("timeout")
         if not isinstance(deadline, StatementDeadline):
             return self._inner.run_in_transaction(func, *args, **kwargs)
         kwargs.setdefault("timeout_secs", deadline.left)
         kwargs.setdefault("default_retry_delay", min(AUTOCOMMIT_REPLAY_DELAY, deadline.left / 8))
         options = self._options
+        committing: list[bool] = []
 
         def bounded(transaction: Any, *a: Any, **kw: Any) -> Any:
             if deadline.given_up:
-                raise _api.DeadlineExceeded(f"deadline of {deadline.seconds:g} s reached")  # type: ignore[no-untyped-call]
-            return func(_BoundedTransaction(transaction, options), *a, **kw)
+                raise deadline.exceeded()
+            result = func(_BoundedTransaction(transaction, options), *a, **kw)
+            committing.append(True)  # the client commits once this returns
+            return result
 
-        return self._inner.run_in_transaction(bounded, *args, **kwargs)
+        result: list[Any] = []
+        grace = Deadline(deadline.left + WAIT_GRACE)
+        call = functools.partial(self._inner.run_in_transaction, bounded, *args, **kwargs)
+        if finished_within(lambda: result.append(call()), grace):
+            return result[0]
+        if not committing:  # (its statements are bounded: they end within the grace)
+            raise deadline.exceeded()
+        raise _dbapi.OperationalError(
+            f"the autocommit write (DML) did not finish within its deadline of "
+            f"{deadline.seconds:g} s: its statements ran and Spanner did not answer its "
+            "commit, so its outcome is unknown (the commit may still be applied; it is "
+            "not sent again). Check whether its changes are there before making them "
+            f"again (or make the write idempotent); raise execution_options("
+            f"{TIMEOUT_OPTION}=<seconds>) if it needs longer."
+        )
+
+    def execute_partitioned_dml(self, dml: str, *args: Any, **kwargs: Any) -> Any:
+        # An autocommit write in the DB-API's PARTITIONED_NON_ATOMIC mode: the client
+        # sends its BeginTransaction and ExecuteStreamingSql with no timeout (its hour)
+        # and retries ABORTED itself. Waited for until the statement's deadline.
+        deadline = self._options.get("timeout")
+        if not isinstance(deadline, StatementDeadline):
+            return self._inner.execute_partitioned_dml(dml, *args, **kwargs)
+        result: list[Any] = []
+        call = functools.partial(self._inner.execute_partitioned_dml, dml, *args, **kwargs)
+        if finished_within(lambda: result.append(call()), deadline.deadline):
+            return result[0]
+        raise _dbapi.OperationalError(
+            f"the Partitioned DML statement did not finish within its deadline of "
+            f"{deadline.seconds:g} s (autocommit_dml_mode PARTITIONED_NON_ATOMIC): Spanner "
+            "may have applied it to some partitions and may still apply it to others "
+            "(Partitioned DML is not atomic). Run it again once Spanner answers (a "
+            "Partitioned DML statement must be idempotent); raise execution_options("
+            f"{TIMEOUT_OPTION}=<seconds>) if it needs longer."
+        )
 
 
 class DeadlineConnection(_Bounded):
@@ -327,7 +418,9 @@ class DeadlineCursor(Cursor):  # type: ignore[misc]
     kept, and raised once the DB-API's fetch returns
     (``tests/test_read_streams.py`` trips when upstream raises it itself)."""
 
-    def __init__(self, connection: Any, seconds: float | StatementDeadline | None) -> None:
+    def __init__(
+        self, connection: Any, seconds: float | Deadline | StatementDeadline | None
+    ) -> None:
         options = call_options(seconds)
         super().__init__(DeadlineConnection(connection, options))
         #: the statement's deadline (None: the client's own timeouts)

@@ -17,14 +17,13 @@ from __future__ import annotations
 
 import base64
 import threading
-import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from typing import Any, TypeVar
 
 import sqlalchemy as sa
 
-from sharded_orm.retry import TransientError
+from sharded_orm.retry import Deadline, TransientError
 
 T = TypeVar("T")
 
@@ -104,14 +103,17 @@ class RawSpanner:
         self._lock = threading.Lock()
         self._sessions: set[str] = set()
 
-    def _session(self, timeout: float) -> str:
+    def _session(self, deadline: Deadline) -> str:
         name: str | None = getattr(self._local, "session", None)
         if name is None:
             from google.cloud.spanner_v1 import CreateSessionRequest
 
             request = CreateSessionRequest(database=self.database.name)
             made = self.api.create_session(
-                request=request, metadata=self.metadata, timeout=timeout, retry=None
+                request=request,
+                metadata=self.metadata,
+                timeout=deadline.call_timeout(),
+                retry=None,
             )
             name = str(made.name)
             self._local.session = name
@@ -138,7 +140,7 @@ class RawSpanner:
         columns: Sequence[str],
         values: list[Any],
         mode: str,
-        timeout: float,
+        timeout: float | Deadline,
         also: Sequence[tuple[str, Sequence[str], list[Any]]] = (),
     ) -> None:
         """One single-use commit writing ``values`` with ``insert`` or ``insert_or_update``,
@@ -148,7 +150,9 @@ class RawSpanner:
         self.commit_writes(writes, timeout)
 
     def commit_writes(
-        self, writes: Sequence[tuple[str, str, Sequence[str], list[Any]]], timeout: float
+        self,
+        writes: Sequence[tuple[str, str, Sequence[str], list[Any]]],
+        timeout: float | Deadline,
     ) -> None:
         """One single-use commit of ``writes``, each (op, table, columns, rows) with op one
         of the client's ``Batch`` methods: insert, insert_or_update, replace, update."""
@@ -160,29 +164,32 @@ class RawSpanner:
         collector = Batch(self.database.session())  # type: ignore[no-untyped-call]
         for op, table, columns, values in writes:
             getattr(collector, op)(table, columns=list(columns), values=values)
-        deadline = time.monotonic() + timeout
+        deadline = _deadline(timeout)
         with self._session_checked():
             request = CommitRequest(
-                session=self._session(timeout),
+                session=self._session(deadline),
                 mutations=collector._mutations,
                 single_use_transaction=TransactionOptions(
                     read_write=TransactionOptions.ReadWrite()
                 ),
             )
             self.api.commit(
-                request=request, metadata=self.metadata, timeout=_left(deadline), retry=None
+                request=request,
+                metadata=self.metadata,
+                timeout=deadline.call_timeout(),
+                retry=None,
             )
 
-    def read_write(self, work: Callable[[RawTransaction], T], timeout: float) -> T:
+    def read_write(self, work: Callable[[RawTransaction], T], timeout: float | Deadline) -> T:
         """``work(txn)`` in one read-write transaction, committed; rolled back on failure.
 
         Nothing is replayed here: an ABORTED commit raises, and the caller's policy runs
         ``work`` again from the start (reading fresh values)."""
         from google.cloud.spanner_v1 import CommitRequest
 
-        deadline = time.monotonic() + timeout
+        deadline = _deadline(timeout)
         with self._session_checked():
-            session = self._session(timeout)
+            session = self._session(deadline)
             txn = RawTransaction(self, session, deadline)  # begun inline by its first query
             try:
                 result = work(txn)
@@ -190,7 +197,10 @@ class RawSpanner:
                     return result
                 request = CommitRequest(session=session, transaction_id=txn.id)
                 self.api.commit(
-                    request=request, metadata=self.metadata, timeout=_left(deadline), retry=None
+                    request=request,
+                    metadata=self.metadata,
+                    timeout=deadline.call_timeout(),
+                    retry=None,
                 )
             except BaseException:
                 if txn.id is not None:
@@ -199,7 +209,7 @@ class RawSpanner:
                             session=session,
                             transaction_id=txn.id,
                             metadata=self.metadata,
-                            timeout=min(2.0, _left(deadline) + 0.5),
+                            timeout=min(2.0, deadline.call_timeout() + 0.5),
                             retry=None,
                         )
                 raise
@@ -210,9 +220,9 @@ class RawSpanner:
         server keeps them until they expire; the caller's deadline comes first)."""
         with self._lock:
             names, self._sessions = self._sessions, set()
-        deadline = time.monotonic() + timeout
+        deadline = Deadline.after(timeout)
         for name in names:
-            left = min(2.0, _left(deadline))
+            left = deadline.cap(2.0)
             if left <= 0.001:
                 return
             with suppress(Exception):
@@ -222,7 +232,7 @@ class RawSpanner:
 class RawTransaction:
     """Statements inside :meth:`RawSpanner.read_write` (parameters: INT64 and STRING)."""
 
-    def __init__(self, raw: RawSpanner, session: str, deadline: float) -> None:
+    def __init__(self, raw: RawSpanner, session: str, deadline: Deadline) -> None:
         self.raw, self.session, self.deadline = raw, session, deadline
         self.id: bytes | None = None  # set by the first statement, which begins it
         self.seqno = 0
@@ -260,7 +270,7 @@ class RawTransaction:
         result = self.raw.api.execute_sql(
             request=request,
             metadata=self.raw.metadata,
-            timeout=_left(self.deadline),
+            timeout=self.deadline.call_timeout(),
             retry=None,
         )
         if self.id is None:
@@ -290,6 +300,6 @@ def _cell(value: Any) -> Any:
     return None if kind == "null_value" else getattr(value, kind)
 
 
-def _left(deadline: float) -> float:
-    """Seconds until ``deadline``; a call with none left times out at once."""
-    return max(0.001, deadline - time.monotonic())
+def _deadline(timeout: float | Deadline) -> Deadline:
+    """The caller's deadline, or one ``timeout`` seconds from now."""
+    return timeout if isinstance(timeout, Deadline) else Deadline.after(timeout)

@@ -17,11 +17,14 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from sharded_orm.retry import Deadline
 from sharded_orm.spanner.deadlines import StatementDeadline, Through
 
 
 class StreamDeadline(StatementDeadline):
-    """A streaming read's ``timeout`` for the whole read, its restarts included.
+    """A streaming read's ``timeout`` for the whole read, its restarts included: the
+    client-facing adapter of the one :class:`~sharded_orm.retry.Deadline` for
+    ``Snapshot.read`` / ``execute_sql`` streams (it adds the wait between restarts).
 
     The client restarts a stream cut with UNAVAILABLE (``_restart_on_unavailable``), each
     restart a new call under the caller's ``timeout`` again, with no overall bound and no
@@ -29,8 +32,8 @@ class StreamDeadline(StatementDeadline):
     this decorator each call gets the time left, a restart waits a backoff (within that
     time), and once the time is up the next restart fails with DEADLINE_EXCEEDED."""
 
-    def __init__(self, seconds: float, what: str = "its timeout") -> None:
-        super().__init__(seconds, what)
+    def __init__(self, deadline: Deadline | float, what: str = "its timeout") -> None:
+        super().__init__(deadline, what)
         #: calls made so far (the first, then each restart)
         self.calls = 0
 
@@ -52,11 +55,14 @@ STREAM_RESTART_WAIT = 0.05
 
 
 def _whole_read(kwargs: dict[str, Any]) -> dict[str, Any]:
-    """A read's keyword arguments with a number of seconds as ``timeout`` made a
-    :class:`StreamDeadline` (None or another timeout object is left as given)."""
+    """A read's keyword arguments with ``timeout`` (seconds, or a
+    :class:`~sharded_orm.retry.Deadline`) made a :class:`StreamDeadline` (None or another
+    timeout object is left as given)."""
     seconds = kwargs.get("timeout")
-    if isinstance(seconds, int | float) and not isinstance(seconds, bool):
-        kwargs = {**kwargs, "timeout": StreamDeadline(float(seconds))}
+    if isinstance(seconds, Deadline) or (
+        isinstance(seconds, int | float) and not isinstance(seconds, bool)
+    ):
+        kwargs = {**kwargs, "timeout": StreamDeadline(seconds)}
     return kwargs
 
 
