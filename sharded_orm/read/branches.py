@@ -2,17 +2,29 @@
 
 ``MergeQuery`` holds the user's statement (the one SQLAlchemy executes, with the merge's
 conditions and ORDER BY/LIMIT added) and builds the per-shard branches over it: key-only
-branches for the bound round, primary-key branches for the rows statement. See
-``sharded_orm.read.merge`` for the rounds and docs/queries.md for the cost rule.
+branches for the bound round, primary-key branches for the rows statement. Every value
+of a read (sort values, LIMITs, OFFSET) is a named parameter, so each statement is built
+once per (user statement, backend, plan) and reused with the next read's values
+(``MergeQuery.shaped``, ``sharded_orm.read.reuse``). See ``sharded_orm.read.merge`` for
+the rounds and docs/queries.md for the cost rule.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from sqlalchemy import Boolean, and_, literal, literal_column, or_, select, union_all
+from sqlalchemy import (
+    Boolean,
+    Integer,
+    and_,
+    bindparam,
+    literal_column,
+    or_,
+    select,
+    union_all,
+)
 from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session
 
@@ -28,6 +40,7 @@ from sharded_orm.read.limits import (
     too_many,
 )
 from sharded_orm.read.order import (
+    Slot,
     after_condition,
     at_or_before_condition,
     check_nulls,
@@ -36,7 +49,18 @@ from sharded_orm.read.order import (
     order_over,
     plain,
     require_plan,
+    slot_values,
+    slots,
     tables_of,
+)
+from sharded_orm.read.reuse import (
+    BRANCH_BYTES,
+    NEW,
+    SHAPES,
+    UNCACHEABLE,
+    Shape,
+    Shaped,
+    user_key_of,
 )
 from sharded_orm.read.shapes import check_shape
 from sharded_orm.read.stats import FoundBound as FoundBound  # re-exported
@@ -116,6 +140,12 @@ def probe_limit(shards: int, want: int) -> int | None:
     return math.ceil(want / shards) + (2 * want) // shards
 
 
+#: the parameters' prefixes: the sort values a read starts after, and those it stops at
+#: (``Slot``); the fan-outs of the bound round and of the rows statement (their LIMITs
+#: are ``<prefix>_l<shard>``, or ``<prefix>_l`` for the correlated form)
+AFTER, UPPER, FOUND, ROWS = "so_a", "so_t", "so_b", "so_u"
+
+
 class MergeQuery:
     """The user's statement and the per-shard branches a merge sends with it."""
 
@@ -126,9 +156,13 @@ class MergeQuery:
         self.context = ReadContext(conn, stmt, timeout)
         check_shape(stmt)  # the allowlist: before anything else is read of it
         self.conn = conn
+        self.user_key = user_key_of(stmt)
         self.bind = self.context.bind
         self.dialect = self.context.dialect
         refuse_stock(self.dialect, "A sharded read (merged(), page())")
+        self.compound_limit = compound_limit(self.connection, self.dialect)
+        #: what a statement's shape depends on beyond the user's statement
+        self.backend = (type(self.dialect), self.dialect.name, self.compound_limit)
         # the FROMs of the branches (compiling the statement to find them costs about a
         # millisecond: once per read)
         froms, key = froms_and_key(stmt)
@@ -227,12 +261,12 @@ class MergeQuery:
         labels: list[Any],
         lower: Any,
         upper: Any,
-        n: int,
+        limit: Any,
         unbounded: Any = None,
     ) -> Any:
-        """One shard's first ``n`` rows in (lower, upper], as ``labels`` only (``upper``
-        False: no upper condition; ``unbounded``: SQL true where ``upper`` does not
-        apply; ``shard`` None: the shard the enclosing fan-out names)."""
+        """One shard's first ``limit`` rows (a parameter) in (lower, upper], as ``labels``
+        only (``upper`` False: no upper condition; ``unbounded``: SQL true where ``upper``
+        does not apply; ``shard`` None: the shard the enclosing fan-out names)."""
         extra = [lbl for lbl in labels if all(lbl is not k for k in self.key_labels)]
         pinned = self.bare.for_shard(shard) if shard is not None else self.bare_var
         if self.stmt._distinct:  # DISTINCT decides over the user's columns: keep them
@@ -245,7 +279,7 @@ class MergeQuery:
         for cond in (self.after(lower), up):
             if cond is not None:
                 q = q.where(cond)
-        q = q.order_by(*self._order(self.key_labels)).limit(n)
+        q = q.order_by(*self._order(self.key_labels)).limit(limit)
         if shard is None and not self.stmt._distinct:
             return q  # a struct of our labels (its field names are what the fan-out reads)
         sub = q.subquery()
@@ -256,24 +290,35 @@ class MergeQuery:
         labels: list[Any],
         lower: Any,
         upper: Any,
-        limits: dict[int, int],
+        shards: Sequence[int],
         name: str,
         joined: bool = False,
         bound: Any = None,
     ) -> Any:
-        """The branches of every shard in ``limits`` ({shard: LIMIT}) as one FROM with a
-        column per label: a correlated fan-out on Spanner (every shard, the largest LIMIT;
-        ``joined``: the right side of a JOIN, after ``bound``, see ``found_bound``), a
-        ``UNION ALL`` elsewhere."""
+        """The branches of ``shards`` as one FROM with a column per label, each limited
+        by the parameters ``fan_limits(name, ...)`` gives: a correlated fan-out on Spanner
+        (every shard, one LIMIT; ``joined``: the right side of a JOIN, after ``bound``,
+        see ``found_bound``), a ``UNION ALL`` elsewhere."""
         if self.correlated:
             # a bound found in the statement is NULL where fewer keys than it needs exist
             unbounded = None if bound is None else literal_column(BOUND_VAR).is_(None)
-            inner = self.branch(None, labels, lower, upper, max(limits.values()), unbounded)
+            limit = bindparam(f"{name}_l", type_=Integer())
+            inner = self.branch(None, labels, lower, upper, limit, unbounded)
             inner = inner.prefix_with("AS STRUCT")
             names = [lbl.name for lbl in labels]
             return FanOut(name, names, inner, self.plan.shard.count, joined, bound)
-        branches = [self.branch(s, labels, lower, upper, n) for s, n in limits.items()]
+        branches = [
+            self.branch(s, labels, lower, upper, bindparam(f"{name}_l{s}", type_=Integer()))
+            for s in shards
+        ]
         return self._union(branches, name)
+
+    def fan_limits(self, name: str, limits: dict[int, int]) -> dict[str, int]:
+        """The LIMIT parameters of fan-out ``name`` for ``limits`` ({shard: LIMIT}): the
+        correlated form gives every shard the largest."""
+        if self.correlated:
+            return {f"{name}_l": max(limits.values())}
+        return {f"{name}_l{s}": n for s, n in limits.items()}
 
     def reads(self, limits: dict[int, int], exact: set[int]) -> int:
         """Index entries the branches ``limits`` read at most: a shard in ``exact`` holds
@@ -284,31 +329,43 @@ class MergeQuery:
         top = max(limits.values(), default=0)
         return sum(limits.get(s, 0) if s in exact else top for s in range(self.plan.shard.count))
 
+    def sort_slots(self, prefix: str, values: Sequence[Any] | None, params: dict[str, Any]) -> Any:
+        """Slots ``prefix<i>`` for the sort ``values``, their parameters put in ``params``
+        (None, no values, stays None; for pages, one shape either way: slots, and
+        ``prefix_none`` says whether there are values)."""
+        if values is None and not self.keyset:
+            return None
+        given = values if values is not None else [None] * len(self.columns)
+        params.update(slot_values(self.columns, prefix, given))
+        if self.keyset:
+            params[f"{prefix}_none"] = values is None
+        return slots(prefix, len(self.columns))
+
     def after(self, lower: Sequence[Any] | None) -> Any:
-        """Strictly after ``lower`` (None: from the start). For pages (``keyset``) one
-        shape either way: the first page shares the compiled forms of the later ones."""
+        """Strictly after ``lower`` (None: from the start; slots ``AFTER<i>``: for pages,
+        after them unless the parameter ``AFTER_none``)."""
+        if lower is None:
+            return None
+        after = after_condition(self.columns, lower, self.joined_keys)
         if not self.keyset:
-            return None if lower is None else after_condition(self.columns, lower, self.joined_keys)
-        values = [None] * len(self.columns) if lower is None else lower
-        after = after_condition(self.columns, values, self.joined_keys)
-        return or_(literal(lower is None, Boolean()), after)
+            return after
+        return or_(bindparam(f"{AFTER}_none", type_=Boolean()), after)
 
     def up_to(self, upper: Sequence[Any] | None) -> Any:
-        """At or before ``upper`` (None: no bound). For pages one shape either way: the
-        page that finds no bound shares the compiled form of the others."""
-        if not self.keyset:
-            if upper is None:
-                return None
-            return at_or_before_condition(self.columns, upper, self.joined_keys)
-        values = [None] * len(self.columns) if upper is None else upper
-        unbounded = literal(upper is None, Boolean())
-        return or_(unbounded, at_or_before_condition(self.columns, values, self.joined_keys))
+        """At or before ``upper`` (None: no bound; slots ``UPPER<i>``: for pages, at or
+        before them unless the parameter ``UPPER_none``)."""
+        if upper is None:
+            return None
+        up_to = at_or_before_condition(self.columns, upper, self.joined_keys)
+        if not self.keyset or not any(isinstance(v, Slot) for v in upper):
+            return up_to
+        return or_(bindparam(f"{UPPER}_none", type_=Boolean()), up_to)
 
     def _union(self, branches: list[Any], name: str) -> Any:
         """The branches as one ``UNION ALL``, nested in groups of at most the backend's
         compound-SELECT limit (SQLite's is 500 terms by default: 65,536 shards are two
         levels of at most 500)."""
-        most = compound_limit(self.connection, self.dialect) if len(branches) > 1 else None
+        most = self.compound_limit if len(branches) > 1 else None
         terms = branches
         while most is not None and len(terms) > most:
             groups = [terms[i : i + most] for i in range(0, len(terms), most)]
@@ -316,28 +373,66 @@ class MergeQuery:
         union: Any = terms[0] if len(terms) == 1 else union_all(*terms)
         return union.subquery(name)
 
-    def _execute(self, stmt: Any) -> Any:
-        """``stmt`` sent as the user's statement is (``ReadContext.execute``), counted as
-        it is sent where the parameters may reach the limit (``Oversized``: the read takes
-        another plan, or refuses)."""
-        return self.context.execute(stmt, self.parameter_limit if self.count_each else None)
+    def _execute(self, stmt: Any, params: dict[str, Any]) -> Any:
+        """``stmt`` sent with ``params`` as the user's statement is
+        (``ReadContext.execute``), counted as it is sent where the parameters may reach
+        the limit (``Oversized``: the read takes another plan, or refuses)."""
+        limit = self.parameter_limit if self.count_each else None
+        return self.context.execute(stmt, limit, params)
 
     def too_many(self, count: int) -> ShardConfigError:
         """The refusal of a statement of ``count`` parameters, over the limit."""
         return too_many(count, self.parameter_limit or 0, "a statement", self.dialect)
 
-    def found_bound(self, after: Any, b: int, want: int) -> tuple[Any, list[Any]]:
-        """Round 1 inside the rows statement (Spanner): the ``want``-th sort key of every
-        shard's first ``b``, in the database's order, as a struct (the fan-out names it
-        ``BOUND_VAR``), and the SQL of its values. With fewer than ``want`` keys it is
-        NULL and there is no bound: a shard that sent its ``b`` keys may hold more of
-        the answer (every shard in one hot shard's table, a small table)."""
-        every = dict.fromkeys(range(self.plan.shard.count), b)
-        u = self.fan(self.key_labels, after, False, every, "so_b")
+    def shaped(
+        self,
+        structure: tuple[Any, ...],
+        build: Callable[[MergeQuery], Any],
+        stats: MergeStats,
+        shards: int,
+    ) -> Shaped:
+        """The statement ``build`` makes of a query over the user's statement, for
+        ``structure`` (what its shape depends on beyond the user's statement), with the
+        user's values of this read as parameters: built once per (the user statement's
+        cache key, backend, structure), then taken from ``SHAPES``
+        (``MergeStats.shapes_built`` counts the builds). ``shards``: how many branches
+        it fans out to (what it weighs in ``SHAPES``)."""
+        user = self.user_key
+        if user is None:  # SQLAlchemy cannot tell the statement's shape: build each time
+            stats.shapes_built += 1
+            return Shaped(build(self), {})
+        key = (user.key, self.backend, self.keyset, structure)
+        entry = SHAPES.get(key, NEW)
+        if entry is UNCACHEABLE:
+            stats.shapes_built += 1
+            return Shaped(build(self), {})
+        if isinstance(entry, Shape):
+            return Shaped(entry.statement, user.params(entry.names))
+        shaper = MergeQuery(self.conn, user.named(), None)
+        shaper.keyset = self.keyset
+        shaper.found_fits = self.found_fits
+        stmt = build(shaper)
+        stats.shapes_built += 1
+        if user.all_named(stmt):
+            branches = 1 if self.correlated else shards
+            SHAPES.put(key, Shape(stmt, user.names, branches * BRANCH_BYTES))
+        else:  # values SQLAlchemy keeps elsewhere (loader criteria): not reusable
+            SHAPES.put(key, UNCACHEABLE)
+        return Shaped(stmt, user.params(user.names))
+
+    def found_bound(self, after: Any, shards: int) -> tuple[Any, list[Any]]:
+        """Round 1 inside the rows statement (Spanner): the ``so_w``-th (a parameter, the
+        number of rows wanted less one) sort key of every shard's first ``so_b_l``, in
+        the database's order, as a struct (the fan-out names it ``BOUND_VAR``), and the
+        SQL of its values. With fewer keys it is NULL and there is no bound: a shard that
+        sent all its keys may hold more of the answer (every shard in one hot shard's
+        table, a small table)."""
+        u = self.fan(self.key_labels, after, False, range(shards), FOUND)
         # unqualified: the names are ours alone there (every token costs the DB-API parse)
         keys: list[Any] = [literal_column(lbl.name) for lbl in self.key_labels]
         q = select(*keys).select_from(u).order_by(*self._order(keys))
-        q = q.limit(1).offset(want - 1).prefix_with("AS STRUCT")
+        q = q.limit(bindparam("so_1", 1, type_=Integer()))  # (a name of ours: reusable)
+        q = q.offset(bindparam("so_w", type_=Integer())).prefix_with("AS STRUCT")
         values = [
             literal_column(f"{BOUND_VAR}.{lbl.name}", c.type)
             for lbl, (c, _) in zip(self.key_labels, self.columns, strict=True)
@@ -348,20 +443,32 @@ class MergeQuery:
         self, shards: list[int], after: Any, b: int, want: int, stats: MergeStats
     ) -> list[Any]:
         """Round 1: the first ``want`` (sort key..., shard) rows, as the database orders them."""
-        # the correlated form names the shard itself: the branches need not select it
-        labels = self.key_labels if self.correlated else [*self.key_labels, self.shard_label]
-        u = self.fan(labels, after, False, dict.fromkeys(shards, b), "so_b")
-        keys = [u.c[lbl.name] for lbl in self.key_labels]
-        shard = literal_column(SHARD_VAR) if self.correlated else u.c.so_s
-        q = self.context.mapped(*keys, shard).order_by(*self._order(keys)).limit(want)
-        if self.criteria:
-            q = q.options(*self.criteria)
+        params: dict[str, Any] = {}
+        lower = self.sort_slots(AFTER, after, params)
+        shaped = self.shaped(
+            ("bound", tuple(shards), lower is None),
+            lambda query: query.bound_statement(shards, lower),
+            stats,
+            len(shards),
+        )
+        params.update(shaped.params, so_n=want, **self.fan_limits(FOUND, dict.fromkeys(shards, b)))
         # all(): one DB-API fetchall, not a fetchone (and its retry bookkeeping) per row
-        rows: list[Any] = self._execute(q).all()
+        rows: list[Any] = self._execute(shaped.statement, params).all()
         stats.statements += 1
         stats.key_rows_transferred += len(rows)
         stats.add_bound_round(shards, b)
         return rows
+
+    def bound_statement(self, shards: list[int], lower: Any) -> Any:
+        """Round 1's statement: the first ``so_n`` (sort key..., shard) of the branches."""
+        # the correlated form names the shard itself: the branches need not select it
+        labels = self.key_labels if self.correlated else [*self.key_labels, self.shard_label]
+        u = self.fan(labels, lower, False, shards, FOUND)
+        keys = [u.c[lbl.name] for lbl in self.key_labels]
+        shard = literal_column(SHARD_VAR) if self.correlated else u.c.so_s
+        q = self.context.mapped(*keys, shard).order_by(*self._order(keys))
+        q = q.limit(bindparam("so_n", type_=Integer()))
+        return q.options(*self.criteria) if self.criteria else q
 
     def rows_statement(
         self,
@@ -371,29 +478,61 @@ class MergeQuery:
         n: int,
         offset: int,
         keys: bool,
+        stats: MergeStats,
         shard: bool = False,
         found: int | None = None,
-    ) -> Any:
+    ) -> Shaped:
         """Round 2: the user's statement over the rows the branches ``asks`` ({shard: n})
         allow (every shard's rows when None), ordered and limited by the database (with
         ``keys``, each row's sort key after the user's columns; with ``shard``, then its
         shard). With ``found`` (Spanner, one row of ours per row), round 1 is in the
         statement: every shard's first ``found`` keys give the bound (``found_bound``)."""
+        params: dict[str, Any] = {"so_n": n, "so_o": offset}
+        lower = self.sort_slots(AFTER, after, params)
+        found = found if asks is not None else None
+        top = None if found is not None else self.sort_slots(UPPER, upper, params)
+        if asks is not None:
+            params.update(self.fan_limits(ROWS, asks))
+        if found is not None:
+            params.update(self.fan_limits(FOUND, dict.fromkeys(range(len(asks or ())), found)))
+            params["so_w"] = offset + n - 1
+
+        def build(query: MergeQuery) -> Any:
+            return query.rows_build(asks, lower, top, offset > 0, keys, shard, found is not None)
+
+        if asks is None:  # the statement itself, one shard: nothing to build per shard
+            stats.shapes_built += 1
+            return Shaped(build(self), params)
+        structure = ("rows", tuple(asks), lower is None, top is None, offset > 0, keys, shard)
+        shaped = self.shaped((*structure, found is not None), build, stats, len(asks))
+        return Shaped(shaped.statement, {**params, **shaped.params})
+
+    def rows_build(
+        self,
+        asks: dict[int, int] | None,
+        lower: Any,
+        upper: Any,
+        offset: bool,
+        keys: bool,
+        shard: bool,
+        found: bool,
+    ) -> Any:
+        """The statement of ``rows_statement``, its values parameters."""
         q = self.stmt if asks is None else self.joined  # by primary key, not the index
         bound = None
-        if found is not None and asks is not None:
-            bound, upper = self.found_bound(after, found, offset + n)
+        if found and asks is not None:
+            bound, upper = self.found_bound(lower, len(asks))
         # a join can repeat a row of ours with other sort keys: those copies are held to
         # the bounds here (the branches hold each key to them)
         if asks is None or not self.one_to_one:
-            for cond in (self.after(after), self.up_to(upper)):
+            for cond in (self.after(lower), self.up_to(upper)):
                 if cond is not None:
                     q = q.where(cond)
         if asks is not None:
             # joined (the emulator runs an IN (subquery) again for every row of the outer
             # statement), with no subquery around the branches: every token of the text
             # costs the Spanner DB-API's parse
-            u = self.fan(self.pk_labels, after, upper, asks, "so_u", True, bound)
+            u = self.fan(self.pk_labels, lower, upper, list(asks), ROWS, True, bound)
             if not self.one_to_one:  # each key once: a join in a branch can repeat one
                 u = select(*u.c).distinct().subquery("so_r")
             match = [u.c[lbl.name] == c for lbl, c in zip(self.pk_labels, self.pk, strict=True)]
@@ -402,18 +541,19 @@ class MergeQuery:
         if extra:
             q = q.add_columns(*extra)
         if keys:  # ordered by our labels, which no output name can shadow
-            q = q.order_by(*self._order(self.key_labels)).limit(n)
+            q = q.order_by(*self._order(self.key_labels))
         else:
-            q = q.order_by(*self._order([c for c, _ in self.columns])).limit(n)
-        return q.offset(offset) if offset else q
+            q = q.order_by(*self._order([c for c, _ in self.columns]))
+        q = q.limit(bindparam("so_n", type_=Integer()))
+        return q.offset(bindparam("so_o", type_=Integer())) if offset else q
 
-    def run_rows(self, stmt: Any, extra: int) -> tuple[list[Any], list[list[Any]]]:
+    def run_rows(self, shaped: Shaped, extra: int) -> tuple[list[Any], list[list[Any]]]:
         """(the user's rows, the trailing ``extra`` columns of each row).
 
         The statement is the user's own, executed by SQLAlchemy; ``extra`` columns of
         ours (the sort key a page's cursor is made of) are dropped with ``Result.columns``.
         """
-        result = self._execute(stmt)
+        result = self._execute(shaped.statement, shaped.params)
         if getattr(result, "_unique_filter_state", None) is not None:
             result = result.unique()  # joined eager collections: as the ORM requires
         if not extra:

@@ -138,23 +138,26 @@ class ReadContext:
         q = shell.with_only_columns(*columns)
         return q.execution_options(**self.round_options) if self.round_options else q
 
-    def execute(self, stmt: Any, limit: int | None = None) -> Any:
+    def execute(
+        self, stmt: Any, limit: int | None = None, params: dict[str, Any] | None = None
+    ) -> Any:
         """``stmt`` run as the user's statement runs: through the caller's Session (its
         ``do_orm_execute`` listeners, the bind it resolves for the statement) or
-        Connection; with ``limit``, counted as it is sent (``Oversized`` over it)."""
+        Connection, with ``params``; with ``limit``, counted as it is sent
+        (``Oversized`` over it)."""
         options: dict[str, Any] = {}
         if self.deadline is not None:
             # a deadline already passed still goes to the client, which ends the statement
             # at once with its usual error (the one a statement that ran out of time raises)
             options["timeout"] = max(self.deadline - time.monotonic(), MIN_STATEMENT_SECONDS)
         if limit is None:
-            return self._send(stmt, options)
+            return self._send(stmt, options, params or None)
         with ParameterGuard(self.connection, limit):
-            return self._send(stmt, options)
+            return self._send(stmt, options, params or None)
 
-    def _send(self, stmt: Any, options: dict[str, Any]) -> Any:
+    def _send(self, stmt: Any, options: dict[str, Any], params: dict[str, Any] | None) -> Any:
         if isinstance(self.conn, Session):
             return self.conn.execute(
-                stmt, execution_options=options, bind_arguments=self.bind_arguments
+                stmt, params, execution_options=options, bind_arguments=self.bind_arguments
             )
-        return self.conn.execute(stmt, execution_options=options)
+        return self.conn.execute(stmt, params, execution_options=options)

@@ -213,9 +213,11 @@ def _run(
         asks = {s: c + 1 for s, c in asks.items()}
     # a page's rows statements have one shape, checked or not (one compiled form)
     with_shard = shard or by_position or query.keyset
-    stmt = query.rows_statement(asks, after, plan.upper, n, offset, keys, with_shard, plan.found)
+    shaped = query.rows_statement(
+        asks, after, plan.upper, n, offset, keys, stats, with_shard, plan.found
+    )
     width = (len(query.key_labels) if keys else 0) + with_shard
-    rows, key_rows = query.run_rows(stmt, width)
+    rows, key_rows = query.run_rows(shaped, width)
     stats.statements += 1
     stats.rows_transferred += len(rows)
     if plan.found is not None and asks is not None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Collection, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import (
@@ -24,6 +25,7 @@ from sqlalchemy import (
     Table,
     TypeDecorator,
     and_,
+    bindparam,
     false,
     literal,
     or_,
@@ -44,8 +46,7 @@ from sqlalchemy.sql.visitors import InternalTraversal
 from sharded_orm.errors import ShardConfigError, UnsupportedOnDialectError
 from sharded_orm.read.criteria import boolean_equalities, null_pins
 from sharded_orm.read.joins import check_joins, proven_key, without_options
-from sharded_orm.read.plan import ShardPlan, plan_of
-from sharded_orm.read.predicate import ShardPredicate
+from sharded_orm.read.plan import ShardPlan, ShardPredicate, plan_of
 
 _NULLS_HIGH = frozenset({"postgresql", "oracle"})
 
@@ -261,17 +262,52 @@ class EnumName(str):
     the name)."""
 
 
+@dataclass(frozen=True)
+class Slot:
+    """A sort value given at execution, as the parameter ``name`` (and whether it is
+    NULL, NaN: ``name`` + "n", + "x"; ``slot_values`` gives all three).
+
+    A condition over slots has one text whatever the values: built once, it is reused
+    with each read's values (``sharded_orm.read.branches``, the statement shapes)."""
+
+    name: str
+
+
+def slots(prefix: str, count: int) -> list[Slot]:
+    """``count`` slots named ``prefix0``, ``prefix1``..."""
+    return [Slot(f"{prefix}{i}") for i in range(count)]
+
+
+def slot_values(
+    columns: Sequence[tuple[Any, bool]], prefix: str, values: Sequence[Any]
+) -> dict[str, Any]:
+    """The execution parameters of the slots ``prefix<i>`` holding ``values``."""
+    params: dict[str, Any] = {}
+    for i, ((col, _), v) in enumerate(zip(columns, values, strict=True)):
+        params[f"{prefix}{i}"] = _stored(col, v)
+        params[f"{prefix}{i}n"] = v is None
+        params[f"{prefix}{i}x"] = isinstance(v, float) and math.isnan(v)
+    return params
+
+
 def _bound(col: Any, v: Any) -> Any:
     """``v`` as a bound parameter of ``col``'s type (its bind processing included), or
     as it is when it is SQL already (a bound the statement finds itself)."""
     if isinstance(v, ColumnElement):
         return v
+    if isinstance(v, Slot):
+        return bindparam(v.name, type_=col.type)
+    return literal(_stored(col, v), col.type)
+
+
+def _stored(col: Any, v: Any) -> Any:
+    """``v`` as ``col`` binds it: an enum member given by name becomes the member."""
     if isinstance(v, EnumName):
         t = col.type.impl_instance if isinstance(col.type, TypeDecorator) else col.type
         members = getattr(t, "enum_class", None)
         if members is not None and v in members.__members__:
             v = members[v]
-    return literal(v, col.type)
+    return v
 
 
 def _nullable(col: Any, joined: Collection[int]) -> bool:
@@ -288,6 +324,8 @@ def joined_columns(columns: Sequence[tuple[Any, bool]], table: Any) -> frozenset
 
 def _is_null(v: Any) -> Any:
     """Whether ``v`` is NULL, as a bound BOOL (Spanner cannot type ``@p IS NULL``)."""
+    if isinstance(v, Slot):
+        return bindparam(f"{v.name}n", type_=Boolean())
     return v.is_(None) if isinstance(v, ColumnElement) else literal(v is None, Boolean())
 
 
@@ -323,6 +361,8 @@ def _floating(col: Any) -> bool:
 def _is_nan(v: Any) -> Any:
     if isinstance(v, ColumnElement):
         return IsNan(v)
+    if isinstance(v, Slot):
+        return bindparam(f"{v.name}x", type_=Boolean())
     return literal(isinstance(v, float) and math.isnan(v), Boolean())
 
 

@@ -34,6 +34,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from sqlalchemy import (
+    Boolean,
     Column,
     Index,
     Select,
@@ -42,21 +43,102 @@ from sqlalchemy import (
     inspect,
     select,
 )
+from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql import operators
-from sqlalchemy.sql.elements import UnaryExpression
+from sqlalchemy.sql.elements import ColumnElement, UnaryExpression
+from sqlalchemy.sql.visitors import InternalTraversal
 from typing_extensions import Self
 
 from sharded_orm.checks import check_identifier
 from sharded_orm.errors import ShardConfigError, ShardingError, ShardTypeError, ShardValueError
-from sharded_orm.read.criteria import boolean_equalities
-from sharded_orm.read.predicate import ShardPredicate, split_criteria
+from sharded_orm.read.criteria import boolean_equalities, nulls_excluded
 from sharded_orm.schema.coerce import has_case_insensitive_collation, stored_value
 from sharded_orm.schema.columns import ShardColumn, get_shard_column, is_shard_column, table_of
+from sharded_orm.spanner.stock import refuse_stock
 
 #: dialect names the FORCE_INDEX hint is given for (the stock one and ours render both)
 _HINT_DIALECT = "spanner+spanner"
 #: the emulator's table hint for a NULL_FILTERED index it cannot prove usable
 EMULATOR_NULL_FILTER_HINT = "spanner_emulator.disable_query_null_filtered_index_check=true"
+
+
+class ShardPredicate(ColumnElement[bool]):
+    """``shard = k`` (``point`` set) or ``shard BETWEEN 0 AND N-1``, compiled by ``@compiles``.
+
+    ``point`` and ``fixed`` are in the cache key: a compiled form is reused only for the
+    same shard. ``fixed`` marks a shard chosen by the caller (a merge branch), which a
+    later ``where()`` must not recompute.
+    """
+
+    __visit_name__ = "sharded_orm_shard_predicate"
+    inherit_cache = True
+    _is_implicitly_boolean = True  # a comparison: no "= 1" around it where booleans are ints
+    _traverse_internals = [
+        ("column", InternalTraversal.dp_clauseelement),
+        ("count", InternalTraversal.dp_plain_obj),
+        ("point", InternalTraversal.dp_plain_obj),
+        ("fixed", InternalTraversal.dp_plain_obj),
+        ("not_null", InternalTraversal.dp_clauseelement_tuple),
+        ("index", InternalTraversal.dp_plain_obj),
+        ("var", InternalTraversal.dp_plain_obj),
+    ]
+    type = Boolean()
+
+    def __init__(
+        self,
+        column: Any,
+        count: int,
+        point: int | None,
+        fixed: bool = False,
+        not_null: tuple[Any, ...] = (),
+        index: str | None = None,
+        var: str | None = None,
+    ) -> None:
+        self.column = column
+        self.count = count
+        self.point = point
+        self.fixed = fixed
+        self.not_null = not_null  # a NULL_FILTERED index's nullable columns
+        self.index = index
+        #: ``shard = <var>``: the shard named by an enclosing query (a correlated branch)
+        self.var = var
+
+
+@compiles(ShardPredicate)
+def _compile_predicate(element: ShardPredicate, compiler: Any, **kw: Any) -> str:
+    refuse_stock(compiler.dialect, "A sharded read (sharded_select, merged(), page())")
+    if element.not_null and compiler.stack:
+        _check_nulls_excluded(element, compiler.stack[-1].get("selectable"))
+    col = element.column
+    point = element.point
+    if element.var is not None:
+        return f"{compiler.process(col, **kw)} = {element.var}"
+    expr = col.between(0, element.count - 1) if point is None else col == point
+    return str(compiler.process(expr, **kw))
+
+
+def _check_nulls_excluded(pred: ShardPredicate, select_: Any) -> None:
+    where = getattr(select_, "_where_criteria", ())
+    excluded: set[Any] = set()
+    for c in where:
+        if not isinstance(c, ShardPredicate):
+            excluded |= nulls_excluded(c)
+    missing = [c for c in pred.not_null if c._deannotate() not in excluded]
+    if missing:
+        names = ", ".join(repr(c.name) for c in missing)
+        raise ShardConfigError(
+            f"index {pred.index!r} is NULL_FILTERED: it holds no row whose {names} is NULL, "
+            "so it cannot answer a statement that does not exclude those rows (the answer "
+            "would silently miss them). Exclude NULL in the WHERE clause (e.g. "
+            f".where({missing[0].name}.is_not(None)), or any comparison on it), or read "
+            "through another index or the primary key."
+        )
+
+
+def split_criteria(criteria: tuple[Any, ...]) -> tuple[list[Any], ShardPredicate | None]:
+    rest = [c for c in criteria if not isinstance(c, ShardPredicate)]
+    preds = [c for c in criteria if isinstance(c, ShardPredicate)]
+    return rest, (preds[0] if preds else None)
 
 
 @dataclass(frozen=True)

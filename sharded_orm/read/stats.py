@@ -30,7 +30,9 @@ class MergeStats:
     itself), so that the index entries actually read can be counted where the data is
     known (``benchmarks/bench_query.py`` does). ``plan``: the plan the cost rule took
     (``PLANS``); ``consistency_retries``: reads repeated because the rows changed between
-    two statements.
+    two statements. ``shapes_built``: statement shapes this read built; a shape is
+    built once per (statement, shard count, plan) and reused with each read's values,
+    so a repeated read builds none (``sharded_orm.read.branches.SHAPES``).
     """
 
     statements: int = 0
@@ -41,6 +43,7 @@ class MergeStats:
     bounds: list[list[Any] | FoundBound | None] = field(default_factory=list)
     plan: str = ""
     consistency_retries: int = 0
+    shapes_built: int = 0
 
     def add_bound_round(self, shards: Sequence[int], b: int) -> None:
         """A bound round: every shard's branch reads its first ``b`` keys, to no bound."""
@@ -62,6 +65,7 @@ class MergeStats:
                 else "by a bound round" if found else "none"
             ),
             "consistency_retries": self.consistency_retries,
+            "shapes_built": self.shapes_built,
         }  # fmt: skip
 
 
