@@ -17,8 +17,9 @@ never meets a sharded table stays on SQLAlchemy's no-events fast path. It also:
 * warns (``ShardingWarning``) once per statement when raw SQL (``text()``,
   ``exec_driver_sql``) writes a sharded table: it cannot be checked.
 
-Rows whose shard the ORM flush has just computed (``sharded_orm.write.orm_events``) are
-checked with one comparison, not hashed again.
+The ORM flush's own INSERT rows get each shard here, once, from what is finally sent,
+filled in place and written back to their objects (``sharded_orm.write.trust``); a key
+shard ``before_insert`` computed is read with one comparison, not hashed again.
 """
 
 from __future__ import annotations
@@ -33,10 +34,11 @@ from typing import Any
 from sqlalchemy import event
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.sql.dml import Insert, Update
-from sqlalchemy.sql.elements import BindParameter, TextClause
+from sqlalchemy.sql.elements import TextClause
 
 from sharded_orm.checks import shown
 from sharded_orm.errors import ShardConfigError, ShardingWarning, ShardTypeError
+from sharded_orm.memo import Memo
 from sharded_orm.schema.registry import cascade_targets, set_engine_watcher, sharded_names
 from sharded_orm.schema.timestamps import OFFSETS_DROPPED, drops_offsets
 from sharded_orm.spanner import is_spanner
@@ -56,7 +58,15 @@ from sharded_orm.write.sql import (
 from sharded_orm.write.statements import check_from_select, onto_declared, with_upsert_shard
 from sharded_orm.write.stored import StoredRows
 from sharded_orm.write.targets import statement_table, write_shards
-from sharded_orm.write.trust import Expected, forget, take, targets_of, updated_objects
+from sharded_orm.write.trust import (
+    Expected,
+    Taken,
+    forget,
+    hook_fills,
+    take,
+    targets_of,
+    updated_objects,
+)
 
 
 def _rewrite_multi_values(stmt: Insert, table: Any, shards: RowShards) -> Insert:
@@ -127,6 +137,31 @@ def _row_fetcher(
     return StoredRows(conn, table, pk, pinned, rows, shards.read_back)
 
 
+def _flush_rows(
+    rows: list[dict[str, Any]], taken: Taken, shards: RowShards
+) -> list[dict[str, Any]]:
+    """The ORM flush's INSERT rows, each shard computed once: those ``before_insert``
+    computed (a key shard, ``trust.hook_fills``) read from its record, computed again only
+    for a row whose sources a later listener changed; every other computed here, from the
+    row sent (the ORM's own, made for this statement: filled in place), and written back
+    to the object with its sources in their stored form."""
+    objects, shapes, changed = taken
+    every = (*shards.client_made, *shards.server_made)
+    plan = tuple(sc for sc in shards.client_made if hook_fills(sc, every))
+    if plan:
+        rows = fast_insert_rows(shards, rows, plan, in_place=True)
+    if changed:
+        rows = _derive_again(rows, changed, shards)
+    if not _all_filled(rows, shards):  # a shard before_insert left unset: the rows' own
+        rows = fast_insert_rows(shards, rows)
+    for row, d, shape in zip(rows, objects, shapes, strict=True):
+        for attr, key in shape[4]:
+            v = row[key]
+            if d.get(attr) is not v:
+                d[attr] = v
+    return rows
+
+
 def _derive_again(
     rows: list[dict[str, Any]], changed: list[tuple[int, Any]], shards: RowShards
 ) -> list[dict[str, Any]]:
@@ -145,46 +180,6 @@ def _derive_again(
     return out
 
 
-def _row_keys(table: Any, pinned: dict[str, Any], rows: list[dict[str, Any]]) -> list[Any] | None:
-    """The primary key each UPDATE row's WHERE names, as ``trust.Expected`` keys it
-    (the value for a one-column key, else the tuple); None when the WHERE does not name
-    the whole key."""
-    pk: list[Any] = [pinned.get(c.key) for c in table.primary_key]
-    if not pk or any(b is None for b in pk):
-        return None
-    if all(isinstance(b, BindParameter) and not b.unique for b in pk):
-        names = [b.key for b in pk]
-        try:  # the ORM's rows carry the key's parameters: read straight from each row
-            if len(names) == 1:
-                (name,) = names
-                return [row[name] for row in rows]
-            return [tuple([row[n] for n in names]) for row in rows]
-        except KeyError:
-            pass
-    if len(pk) == 1:
-        return [literal_value(pk[0], row) for row in rows]
-    return [tuple([literal_value(b, row) for b in pk]) for row in rows]
-
-
-def _derived_dropped(
-    table: Any, pinned: dict[str, Any], rows: list[dict[str, Any]], backs: Expected
-) -> list[dict[str, Any]]:
-    """The flush's UPDATE rows without the key shards ``before_update`` derived (a later
-    listener may have changed a source since): the hook computes them from the row."""
-    keys = _row_keys(table, pinned, rows) if backs.derived else None
-    if keys is None:
-        return rows
-    out = []
-    for row, key in zip(rows, keys, strict=True):
-        got = backs.get(key)
-        if got is None:
-            out.append(row)
-            continue
-        drop = [k for _, _, k, derived in targets_of(got, backs.usual) if derived and k in row]
-        out.append({k: v for k, v in row.items() if k not in drop} if drop else row)
-    return out
-
-
 def _write_back(rows: list[dict[str, Any]], keys: list[Any], backs: Expected) -> None:
     """Give the objects of the flush's UPDATE the shard the hook computed for their row
     (``keys``: the primary key each row's WHERE names, as ``StoredRows.keys`` gives it)."""
@@ -192,7 +187,7 @@ def _write_back(rows: list[dict[str, Any]], keys: list[Any], backs: Expected) ->
     usual = backs.usual
     if usual is None:
         return  # nothing recorded
-    attr, k, _ = usual
+    attr, k = usual
     for row, key in zip(rows, keys, strict=True):
         got = pop(key, None)
         if got is None:
@@ -201,7 +196,7 @@ def _write_back(rows: list[dict[str, Any]], keys: list[Any], backs: Expected) ->
             if k in row:
                 got[attr] = row[k]
             continue
-        for d, a, c, _ in targets_of(got, usual):
+        for d, a, c in targets_of(got, usual):
             if c in row:
                 d[a] = row[c]
 
@@ -288,10 +283,12 @@ def _shard_rows(
         if not stmt_values and not row_shards.server_made and (multiparams or params):
             rows = multiparams if multiparams else [params]
             taken = take(conn, execution_options, table, rows)
-            if taken is True and _all_filled(rows, row_shards):
-                return elem, multiparams, params  # the ORM flush filled these a moment ago
-            if isinstance(taken, list):  # a later listener changed sources of some rows
-                rows = _derive_again(rows, taken, row_shards)
+            if taken is not None:  # the ORM flush's own rows
+                try:
+                    rows = _flush_rows(rows, taken, row_shards)
+                except BaseException:
+                    forget(conn)
+                    raise
                 if multiparams:
                     return elem, rows, params
                 return elem, multiparams, rows[0]
@@ -309,8 +306,6 @@ def _shard_rows(
         }
         rows = multiparams if multiparams else [params]
         backs = updated_objects(conn, execution_options, table)
-        if backs:
-            rows = _derived_dropped(table, pinned, rows, backs)
         fetch = _row_fetcher(conn, table, pinned, rows, row_shards)
         row_shards.defaults.use_statement(elem, table)  # what an onupdate's context shows
         # the flush's own rows (backs: its UPDATE) are the ORM's, made for this statement
@@ -347,9 +342,9 @@ _WRITE = re.compile(
 )
 #: Digests of the raw SQL texts already checked (a text is checked once): at most
 #: ``_WARNED_MAX`` digests of ``_DIGEST_BYTES`` bytes, whatever the texts' size (it held the
-#: texts themselves: 300 of 200 KB kept 57 MiB). Full, it starts again.
-_warned: set[bytes] = set()
+#: texts themselves: 300 of 200 KB kept 57 MiB), the least recently seen evicted first.
 _WARNED_MAX = 10_000
+_warned: Memo[bytes, bool] = Memo("write.raw_sql_checked", _WARNED_MAX)
 _DIGEST_BYTES = 16
 #: Execution option for raw SQL that keeps the shard right itself (e.g. a backfill that
 #: writes computed shards): ``text(...).execution_options(sharded_orm_raw_sql_ok=True)``.
@@ -366,12 +361,10 @@ def _warn_raw(sql: str) -> None:
     digest = hashlib.blake2b(
         sql.encode("utf-8", "surrogatepass"), digest_size=_DIGEST_BYTES
     ).digest()
-    if digest in _warned:
+    if _warned.get(digest) is not None:
         return
     hit = raw_sql_writes(sql)
-    if len(_warned) >= _WARNED_MAX:
-        _warned.clear()
-    _warned.add(digest)
+    _warned.put(digest, True)
     if hit:
         warnings.warn(
             f"raw SQL writes sharded table {hit[0]!r}; sharded-orm cannot check it, so a "

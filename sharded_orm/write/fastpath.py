@@ -112,14 +112,18 @@ def _build(header: str, body: str, ns: dict[str, Any]) -> Any:
 
 
 def rows_filler(
-    shards: Sequence[ShardColumn], slow_row: Callable[[dict[str, Any]], Any]
+    shards: Sequence[ShardColumn],
+    slow_row: Callable[[dict[str, Any]], Any],
+    *,
+    in_place: bool = False,
 ) -> RowsFiller:
     """``rows -> rows to send`` for an INSERT executemany whose rows carry every source.
 
-    A row with no shard given gets a copy with the shards filled; a row with every shard
-    given is sent as it is when they agree; anything else (a disagreeing shard, a missing
-    source, an unusual type) goes through ``slow_row``, which checks it or raises the
-    precise error.
+    A row with no shard given gets a copy with the shards filled (``in_place``: the row
+    itself, which the caller made for this statement alone: the ORM flush's); a row with
+    every shard given is sent as it is when they agree; anything else (a disagreeing
+    shard, a missing source, an unusual type) goes through ``slow_row``, which checks it or
+    raises the precise error.
     """
     ns: dict[str, Any] = dict(_COMMON)
     ns["SLOW_ROW"] = slow_row
@@ -159,7 +163,7 @@ def rows_filler(
         "            except (KeyError, UNHASHABLE):\n"
         "                append(SLOW_ROW(row))\n"
         "                continue\n"
-        "            new = row.copy()\n"  # faster than {**row, G0: s0}
+        f"            new = {'row' if in_place else 'row.copy()'}\n"  # faster than {**row, G0: s0}
         f"{sets}"
         "            if dirty:\n"
         f"{resets}"

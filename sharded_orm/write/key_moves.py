@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from sharded_orm.errors import ShardConfigError
+from sharded_orm.memo import Memo
 from sharded_orm.schema.columns import ShardColumn
 
 
@@ -41,7 +42,8 @@ def refuse_key_change(sc: ShardColumn, setting: list[str], on_spanner: bool) -> 
     )
 
 
-_referrers: dict[int, tuple[Any, int, tuple[str, ...]]] = {}
+#: id(column) -> (the column, its MetaData's table count, the referring tables' names)
+_referrers: Memo[int, tuple[Any, int, tuple[str, ...]]] = Memo("write.key_referrers", 4096)
 
 
 def referrers_of(column: Any) -> tuple[str, ...]:
@@ -63,8 +65,6 @@ def referrers_of(column: Any) -> tuple[str, ...]:
                 continue
             if target is column and str(fk.onupdate or "").upper() != "CASCADE":
                 found.append(other.name)
-    if len(_referrers) > 4096:
-        _referrers.clear()
     names = tuple(dict.fromkeys(found))
-    _referrers[id(column)] = (column, len(md.tables), names)
+    _referrers.put(id(column), (column, len(md.tables), names))
     return names

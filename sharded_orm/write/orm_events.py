@@ -1,4 +1,10 @@
-"""Unit-of-work events: the shard follows the object, computed from what the flush sends.
+"""The ORM events of sharded mappers: the shard follows the object, computed from what
+the flush sends.
+
+Attribute events mark the shard value the caller sets and derive a key shard as soon as
+its sources are known; unit-of-work events prepare each object's INSERT or UPDATE so the
+engine hook (``sharded_orm.write.engine_hook``) computes each row's shard once, from what
+is finally sent, and the object holds what the row holds.
 
 A shard value an object holds is the caller's only while it is the value the caller set
 on the shard attribute (``given_mark_key``: a mark in the instance's ``__dict__``, set by
@@ -7,20 +13,27 @@ expunge, ``make_transient`` and re-adding); any other value (one an earlier flus
 and then rolled back, a loaded row's, one ``merge`` copied from a stale object) is derived
 again from the sources. A caller's shard is checked, never replaced.
 
-* ``before_insert`` computes the shards of a new object (evaluating and storing Python
-  defaults of the sources) and records the row (``sharded_orm.write.trust``), so the
-  engine hook accepts it without hashing it again. When a listener that runs later (an
-  application's own ``before_insert`` that normalises a source) changes a source, the hook
-  computes the derived shard again from the row it sends and writes it back here.
+* ``before_insert`` evaluates and stores the Python defaults of the sources of a new
+  object and records the object (``sharded_orm.write.trust``); the engine hook computes
+  its shards once, from the row the INSERT sends (so a later listener's change, an
+  application's own ``before_insert`` that normalises a source, is hashed), and writes
+  them back here. A key shard, or one Spanner computes, is computed by ``before_insert``
+  itself (the identity map and the INSERT's batching need it first) and recorded with
+  the sources hashed: the hook reads it without hashing again unless a later listener
+  changed one of them.
 * ``before_update`` evaluates a source's Python ``onupdate`` (so the value stored is the
   value hashed). A changed source leaves a derived shard to the engine hook, which
   computes it from the UPDATE's row (the other sources read from the stored row, one
   SELECT per batch: ``sharded_orm.write.stored``) and writes it back to the object; so a
   later listener's change is hashed too, and the object holds what the row holds.
+* On every client-computed shard attribute, a ``set`` listener marks the value the caller
+  sets (``given_mark_key``): that value is the caller's, checked at flush, never replaced.
 * A shard in the primary key is needed before the flush (``session.merge()`` and the
   identity map key the object by it): a ``set`` listener on each of its sources derives it
-  as soon as every source is known (``sharded_orm.write.attr_events``). Other shards have
-  no source listener: building objects costs nothing.
+  as soon as every source is known, and remembers which source objects it hashed, so the
+  flush takes it without hashing again (``DERIVED_MARK``); a source change the session
+  discards (``expire``, ``refresh``) takes the key shard it derived back with it. Other
+  shards have no source listener: building objects costs nothing.
 
 Events are installed on every mapper whose tables include a sharded one, sub-mappers of
 joined and single inheritance included, when SQLAlchemy configures it.
@@ -32,25 +45,24 @@ import datetime as _dt
 import weakref
 from typing import Any, cast
 
-from sqlalchemy import event
-from sqlalchemy.orm import EXT_CONTINUE, Mapper
+from sqlalchemy import Table, event
+from sqlalchemy.orm import EXT_CONTINUE, LoaderCallableStatus, Mapper, attributes
 from sqlalchemy.orm.attributes import instance_dict, set_committed_value
+from sqlalchemy.orm.exc import UnmappedColumnError
 from sqlalchemy.sql import sqltypes
 from sqlalchemy.sql.schema import Column
 
 from sharded_orm.errors import ShardingError
 from sharded_orm.schema.coerce import base_type
-from sharded_orm.schema.columns import ShardColumn, piece_kind
+from sharded_orm.schema.columns import ShardColumn, is_shard_column, piece_kind, shard_columns
 from sharded_orm.schema.pieces import PIECE_INT, PIECE_STR, PIECE_UTC_DATETIME
-from sharded_orm.write.attr_events import (
-    Plan,
-    install_source_listeners,
-    is_given,
-    mapper_plans,
-    sharded_tables,
-)
 from sharded_orm.write.engine_hook import watch
-from sharded_orm.write.fastpath import given_mark_key, object_filler
+from sharded_orm.write.fastpath import (
+    IMMUTABLE_SOURCE_TYPES,
+    derived_mark_key,
+    given_mark_key,
+    object_filler,
+)
 from sharded_orm.write.offsets import offsets_checked
 from sharded_orm.write.row_errors import mismatch
 from sharded_orm.write.sql import (
@@ -59,7 +71,146 @@ from sharded_orm.write.sql import (
     evaluate_default,
     evaluate_onupdate,
 )
-from sharded_orm.write.trust import Shape, Tally, expected, forget, updates_of
+from sharded_orm.write.trust import Shape, Tally, expected, forget, hook_fills, updates_of
+
+_NO: Any = object()
+
+# ------------------------------------------------------------------ attribute events
+
+Plan = tuple[ShardColumn, str, tuple[str, ...]]
+
+
+def sharded_tables(mapper: Mapper[Any]) -> list[Table]:
+    return [
+        t
+        for t in mapper.tables
+        if isinstance(t, Table) and any(is_shard_column(c) for c in t.columns)
+    ]
+
+
+def mapper_plans(mapper: Mapper[Any]) -> list[Plan]:
+    """``(shard column, shard attribute, source attributes)`` for each shard of the mapper."""
+    plans = []
+    for table in sharded_tables(mapper):
+        for sc in shard_columns(table):
+            shard_attr = mapper.get_property_by_column(sc.column).key
+            source_attrs = tuple(mapper.get_property_by_column(c).key for c in sc.sources)
+            plans.append((sc, shard_attr, source_attrs))
+    return plans
+
+
+def is_given(d: dict[str, Any], shard_attr: str, mark: str) -> bool:
+    """Whether the shard value ``d`` holds is the one the caller set (``given_mark_key``)."""
+    value = d.get(shard_attr)
+    return value is not None and d.get(mark, _NO) == value
+
+
+def install_source_listeners(mapper: Mapper[Any]) -> None:
+    """The ``set`` listeners of a mapper's shards: on every client-computed shard
+    attribute, one that marks the value the caller sets (``given_mark_key``); on each
+    source of a shard in the primary key, one that derives the shard of a new object as soon
+    as every source is known (``session.merge()`` keys it by its attributes). A
+    source change the session discards (``expire``, ``refresh``) takes the key shard it
+    derived back with it. Other shards are derived at flush, from what it sends."""
+    pk_cols = {c for t in mapper.tables for c in t.primary_key}
+    restore: list[tuple[str, tuple[str, ...]]] = []
+    for sc, shard_attr, source_attrs in mapper_plans(mapper):
+        if sc.server_side:
+            continue
+        event.listen(
+            mapper.class_manager[shard_attr],
+            "set",
+            _given_marker(given_mark_key(shard_attr)),
+            propagate=True,
+            raw=True,
+        )
+        if sc.column not in pk_cols:
+            continue
+        restore.append((shard_attr, source_attrs))
+        for attr in source_attrs:
+            event.listen(
+                mapper.class_manager[attr],
+                "set",
+                _source_setter(sc, shard_attr, source_attrs, attr),
+                propagate=True,
+                raw=True,
+            )
+    if restore:
+        event.listen(mapper, "expire", _shard_restorer(restore), propagate=True)
+
+
+def _given_marker(mark: str) -> Any:
+    def on_set(state: Any, value: Any, oldvalue: Any, initiator: Any) -> None:
+        if value is None:
+            state.dict.pop(mark, None)
+        else:
+            state.dict[mark] = value
+
+    return on_set
+
+
+def _shard_restorer(plans: list[tuple[str, tuple[str, ...]]]) -> Any:
+    def on_expire(target: Any, attrs: Any) -> None:
+        if attrs is None:
+            return  # everything expired, the shard too
+        state = attributes.instance_state(target)
+        for shard_attr, source_attrs in plans:
+            if shard_attr in attrs or not any(a in attrs for a in source_attrs):
+                continue
+            committed = state.committed_state.get(shard_attr, LoaderCallableStatus.NO_VALUE)
+            state.dict.pop(derived_mark_key(shard_attr), None)
+            if committed is LoaderCallableStatus.NO_VALUE:
+                continue  # the shard has no pending change
+            set_committed_value(target, shard_attr, committed)
+
+    return on_expire
+
+
+def _source_setter(sc: ShardColumn, shard_attr: str, source_attrs: tuple[str, ...], me: str) -> Any:
+    others = [a for a in source_attrs if a != me]
+    mark = given_mark_key(shard_attr)
+
+    def on_set(state: Any, value: Any, oldvalue: Any, initiator: Any) -> None:
+        if state.key is not None:
+            # a row's object: merge() and the identity map know it by its stored key, and
+            # the flush moves the key (before_update); setting the shard here could load
+            # expired attributes, and that autoflush
+            return
+        d = state.dict
+        for a in others:
+            if a not in d:
+                return  # not all known yet: the flush computes it
+        values = [value if a == me else d[a] for a in source_attrs]
+        try:
+            new = sc.compute(values)
+        except (ShardingError, TypeError, ValueError):
+            return  # not hashable: the flush refuses it with the precise error
+        if is_given(d, shard_attr, mark):
+            return  # the caller's: the flush checks it
+        if d.get(shard_attr) != new:
+            d[shard_attr] = new  # a new object's INSERT is built from its dict
+        _mark_derived(d, sc, shard_attr, values, new)
+
+    return on_set
+
+
+def _mark_derived(
+    d: dict[str, Any], sc: ShardColumn, shard_attr: str, values: list[Any], shard: int
+) -> None:
+    """Remember that these very source objects hash to ``shard`` (``derived_mark_key``), so
+    the flush need not hash them again. A fact about the values, not about the shard
+    attribute (the flush still compares that); kept only for immutable values already in
+    their stored form, where ``is`` at flush proves nothing changed."""
+    key = derived_mark_key(shard_attr)
+    if all(type(v) in IMMUTABLE_SOURCE_TYPES for v in values) and all(
+        s is v for s, v in zip(sc.values_to_send(values), values, strict=True)
+    ):
+        d[key] = (shard, *values)
+    else:
+        d.pop(key, None)
+
+
+# --------------------------------------------------------------------- flush events
 
 
 def _insert_values(
@@ -107,21 +258,42 @@ def _insert_values(
 def _record_keys(
     mapper: Mapper[Any], plans: list[Plan]
 ) -> list[tuple[int, Shape, tuple[str, ...]]]:
-    """Per sharded table: its records' shape ((attribute, column key) of each shard and
-    source it holds, and the column keys alone), and the attributes alone."""
-    out: dict[int, list[tuple[str, str]]] = {}
+    """Per sharded table: its records' shape (``trust.Shape``: the shards computed before
+    the statement and their sources, recorded as filled; the key and the sources of the
+    shards the hook fills, which the row must hold as the object does; and what the hook
+    writes back), and the attributes of the recorded values alone."""
+    recorded: dict[Any, list[tuple[str, str]]] = {}
+    backs: dict[Any, list[tuple[str, str]]] = {}
     for sc, shard_attr, source_attrs in plans:
-        keys = out.setdefault(id(sc.column.table), [])
+        table = sc.column.table
+        recorded.setdefault(table, [])
+        keys = (backs if _hook_fills(sc, plans) else recorded).setdefault(table, [])
         for attr, col in ((shard_attr, sc.column), *zip(source_attrs, sc.sources, strict=True)):
-            if col.table is sc.column.table and (attr, col.key) not in keys:
+            if col.table is table and (attr, col.key) not in keys:
                 keys.append((attr, col.key))
-    return [
-        (t, (tuple(keys), tuple(k for _, k in keys)), tuple(a for a, _ in keys))
-        for t, keys in out.items()
-    ]
+    out = []
+    for table, keys in recorded.items():
+        back = backs.get(table, [])
+        check: list[tuple[str, str]] = []
+        if back:  # the key, then the sources of the shards the hook fills
+            shard_keys = {sc.key for sc, _, _ in plans if _hook_fills(sc, plans)}
+            for c in table.primary_key:
+                try:
+                    check.append((mapper.get_property_by_column(c).key, c.key))
+                except UnmappedColumnError:
+                    continue  # not mapped: the sources alone keep the rows in step
+            check += [p for p in back if p[1] not in shard_keys and p not in check]
+        shape: Shape = (
+            tuple(keys),
+            tuple(k for _, k in keys),
+            tuple(a for a, _ in check),
+            tuple(k for _, k in check),
+            tuple(back),
+        )
+        out.append((id(table), shape, tuple(a for a, _ in keys)))
+    return out
 
 
-_NO: Any = object()
 _UTC = _dt.timezone.utc
 
 
@@ -130,7 +302,6 @@ def install_mapper_events(mapper: Mapper[Any]) -> None:
 
     Reads nothing that configures mappers: it runs when SQLAlchemy configures this one."""
     plans = mapper_plans(mapper)
-    pk_cols = {c for t in mapper.tables for c in t.primary_key}
     onupdate = {
         mapper.get_property_by_column(c).key: c
         for sc, _, _ in plans
@@ -149,16 +320,25 @@ def install_mapper_events(mapper: Mapper[Any]) -> None:
     table_columns: dict[int, list[tuple[str, str]]] = {}
     for a, k, t in all_columns:
         table_columns.setdefault(id(t), []).append((a, k))
-    fill = object_filler(plans)
+    # the shards computed here, before the statement (a key shard, a Spanner-computed one:
+    # ``trust.hook_fills``); the engine hook computes every other from the row it sends
+    early = [p for p in plans if not _hook_fills(p[0], plans)]
+    fill = object_filler(early) if early else None
+    # per shard the hook fills, whose sources have Python defaults: its plan and those
+    # sources' attributes (evaluated and stored here when the object leaves them None)
+    defaulted = [
+        (p, tuple(a for a, c in zip(p[2], p[0].sources, strict=True) if c.default is not None))
+        for p in plans
+        if _hook_fills(p[0], plans) and any(c.default is not None for c in p[0].sources)
+    ]
     record_keys = _record_keys(mapper, plans)
     # per shard: (attribute, given mark, (column key, attribute)) and all of them derived
     marks = [(attr, given_mark_key(attr), (sc.key, attr)) for sc, attr, _ in plans]
     all_derived = tuple(m[2] for m in marks)
-    # per shard: its plan, its sources as a set, given mark, whether it is a key column,
-    # where its table's primary key is in the identity key (in the table's order: what the
-    # UPDATE's WHERE names; one int for a one-column key, None for none), its table, its
-    # write-back's (attribute, column key, is a key column) (trust.Expected), and the
-    # sources to keep in their stored form
+    # per shard: its plan, its sources as a set, given mark, where its table's primary key
+    # is in the identity key (in the table's order: what the UPDATE's WHERE names; one int
+    # for a one-column key, None for none), its table, its write-back's (attribute, column
+    # key) (trust.Expected), and the sources to keep in their stored form
     update_plans = [
         (
             sc,
@@ -166,10 +346,9 @@ def install_mapper_events(mapper: Mapper[Any]) -> None:
             source_attrs,
             frozenset(source_attrs),
             given_mark_key(attr),
-            sc.column in pk_cols,
             _one_or_all(_key_positions(mapper, sc.column.table)),
             sc.column.table,
-            (attr, sc.key, sc.column in pk_cols),
+            (attr, sc.key),
             _stored_form_keepers(sc, source_attrs),
         )
         for sc, attr, source_attrs in plans
@@ -180,6 +359,11 @@ def install_mapper_events(mapper: Mapper[Any]) -> None:
     # is refused while the object's shards are computed (``coerce.OFFSETS_DROPPED``)
     dated = any(
         isinstance(base_type(c.type), sqltypes.DateTime) for sc, _, _ in plans for c in sc.sources
+    )
+    # the same, for the shards ``before_insert`` computes (the hook checks the others once
+    # per statement)
+    dated_early = any(
+        isinstance(base_type(c.type), sqltypes.DateTime) for sc, _, _ in early for c in sc.sources
     )
 
     def before_insert(mapper_: Any, connection: Any, state: Any) -> Any:
@@ -193,8 +377,15 @@ def install_mapper_events(mapper: Mapper[Any]) -> None:
                 else:  # an earlier derivation (rolled back, loaded, copied): again
                     d[attr] = None
         try:
-            if not fill(d):
+            if fill is not None and not fill(d):
                 _fill_slowly(state, d, connection)
+            for plan, attrs in defaulted:
+                for a in attrs:
+                    if d.get(a) is None:  # a default applies: evaluated and stored
+                        sc, _, source_attrs = plan
+                        columns = table_columns[id(sc.column.table)]
+                        _insert_values(sc, source_attrs, state.obj(), d, columns, connection)
+                        break
         except BaseException:
             forget(connection)
             raise
@@ -208,7 +399,7 @@ def install_mapper_events(mapper: Mapper[Any]) -> None:
 
     def _fill_slowly(state: Any, d: Any, connection: Any) -> None:
         target = state.obj()
-        for sc, shard_attr, source_attrs in plans:
+        for sc, shard_attr, source_attrs in early:
             # unset or None: maybe a default applies (evaluated and stored)
             values = _insert_values(
                 sc, source_attrs, target, d, table_columns[id(sc.column.table)], connection
@@ -238,7 +429,7 @@ def install_mapper_events(mapper: Mapper[Any]) -> None:
             _apply_onupdate(state, target, onupdate, all_columns, connection)
         committed = state.committed_state
         for plan in update_plans:
-            sc, shard_attr, source_attrs, sources, mark, in_pk, pk_at, table, tail, keep = plan
+            sc, shard_attr, source_attrs, sources, mark, pk_at, table, tail, keep = plan
             # sources set since loaded (perhaps to an equal value: then the row does not
             # send it, and the hook has nothing to compute)
             changed = not sources.isdisjoint(committed)
@@ -250,27 +441,24 @@ def install_mapper_events(mapper: Mapper[Any]) -> None:
                 given = d[shard_attr]
                 if not (changed and _was_derived(sc, state, source_attrs, given)):
                     continue  # the caller's: the engine hook checks it with the sources sent
-            # derived: from the object's sources (a key shard, which the identity map needs
-            # now), or by the engine hook from the row the UPDATE sends
-            if in_pk:
-                _derive_key_shard(sc, state, state.obj(), shard_attr, source_attrs)
-            else:
-                if shard_set:  # copied (merge) or left by a key listener: not sent as given
-                    old = committed.get(shard_attr, _NO)
-                    set_committed_value(state.obj(), shard_attr, None if old is _NO else old)
-                if not changed:
+            # derived: by the engine hook, once, from the row the UPDATE sends (after every
+            # listener), and written back to the object; a key shard too (the identity
+            # map is keyed again from the object when the flush ends)
+            if shard_set:  # copied (merge) or left by a key listener: not sent as given
+                old = committed.get(shard_attr, _NO)
+                set_committed_value(state.obj(), shard_attr, None if old is _NO else old)
+            if not changed:
+                continue
+            for attr, coerce, exact, utc in keep:
+                if attr not in committed or attr not in d:
                     continue
-                for attr, coerce, exact, utc in keep:
-                    if attr not in committed or attr not in d:
-                        continue
-                    v = d[attr]
-                    if v.__class__ is exact and (not utc or v.tzinfo is _UTC):
-                        continue  # already its stored form (the coercer's own first test)
-                    _keep_stored_form(state, attr, v, coerce)
+                v = d[attr]
+                if v.__class__ is exact and (not utc or v.tzinfo is _UTC):
+                    continue  # already its stored form (the coercer's own first test)
+                _keep_stored_form(state, attr, v, coerce)
             if pk_at is None:
                 continue
-            # the hook computes the shard from the row and writes it back to ``d``; a key
-            # shard is computed again there if a later listener changes a source
+            # the hook computes the shard from the row and writes it back to ``d``
             cache = mapper_.base_mapper._compiled_cache
             held = last[2].get(table)
             if held is None or held[0] is not cache:
@@ -284,16 +472,32 @@ def install_mapper_events(mapper: Mapper[Any]) -> None:
             # the usual write-back is the object's __dict__ alone (trust.Expected)
             if tail is not by_key.usual or by_key.setdefault(pk, d) is not d:
                 by_key.expect(pk, d, tail)
-            if in_pk:
-                by_key.derived = True
         return EXT_CONTINUE
 
+    # one set of flush events per mapper: a second install (``hashed_reference`` adds a
+    # shard to a mapped class) replaces the first, so each object is recorded once and
+    # the hook writes each row back to its own object
+    for name, fn in _installed.pop(mapper, ()):
+        event.remove(mapper, name, fn)
     # raw and retval: SQLAlchemy calls it directly, with no wrapper, once per object
-    if dated:
+    if dated_early:
         before_insert = offsets_checked(before_insert, _dialect)
+    if dated:
         before_update = offsets_checked(before_update, _dialect)
     event.listen(mapper, "before_insert", before_insert, raw=True, retval=True)
     event.listen(mapper, "before_update", before_update, raw=True, retval=True)
+    _installed[mapper] = (("before_insert", before_insert), ("before_update", before_update))
+
+
+def _hook_fills(sc: ShardColumn, plans: list[Plan]) -> bool:
+    """``trust.hook_fills`` for a shard of the mapper (``plans``: all of its shards)."""
+    return hook_fills(sc, [p[0] for p in plans if p[0].column.table is sc.column.table])
+
+
+#: mapper -> its flush events, as installed (event name, function)
+_installed: weakref.WeakKeyDictionary[Mapper[Any], tuple[tuple[str, Any], ...]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 def _dialect(mapper: Any, connection: Any, state: Any) -> Any:
@@ -354,22 +558,6 @@ def _key_positions(mapper: Mapper[Any], table: Any) -> tuple[int, ...]:
             return ()
         out.append(found[0])
     return tuple(out)
-
-
-def _derive_key_shard(
-    sc: ShardColumn, state: Any, target: Any, shard_attr: str, source_attrs: tuple[str, ...]
-) -> None:
-    """A shard in the primary key, from the object's sources, set with its history (the
-    UPDATE moves the row's key: SQLite and others; Spanner refuses it in the hook)."""
-    values = [getattr(target, a) for a in source_attrs]
-    send = sc.values_to_send(values)
-    for attr, v, stored in zip(source_attrs, values, send, strict=True):
-        if stored is not v:
-            setattr(target, attr, stored)  # sent and kept in its stored form
-    shard = sc.compute(send)
-    if getattr(target, shard_attr) != shard:
-        setattr(target, shard_attr, shard)
-        state.dict.pop(given_mark_key(shard_attr), None)  # the library's, not the caller's
 
 
 def _was_derived(sc: ShardColumn, state: Any, source_attrs: tuple[str, ...], given: Any) -> bool:

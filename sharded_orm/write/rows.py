@@ -25,6 +25,7 @@ from typing import Any
 from sqlalchemy.sql.elements import BindParameter
 
 from sharded_orm.errors import ShardConfigError, ShardMismatchError, ShardValueError
+from sharded_orm.memo import Memo
 from sharded_orm.schema.columns import ShardColumn
 from sharded_orm.write.fastpath import RowsFiller, UpdateFiller, rows_filler, update_rows_filler
 from sharded_orm.write.key_moves import refuse_key_change
@@ -393,12 +394,14 @@ def _check_given(
         raise mismatch(sc, given, shard)
 
 
-_fillers: dict[tuple[ShardColumn, ...], RowsFiller] = {}
+#: the generated INSERT filler of each table's client-computed shards
+_fillers: Memo[tuple[tuple[ShardColumn, ...], bool], RowsFiller] = Memo("write.insert_fillers", 256)
 
 
 #: ``found`` when every source is given: the row of no key holds no value to read
 _NOTHING_READ: dict[Any, tuple[Any, ...]] = {None: ()}
-_update_fillers: dict[tuple[Any, ...], UpdateFiller] = {}
+#: the generated UPDATE filler of each shape of rows
+_update_fillers: Memo[tuple[Any, ...], UpdateFiller] = Memo("write.update_fillers", 256)
 
 
 def _update_filler(
@@ -408,26 +411,35 @@ def _update_filler(
     key = (tuple((sc, tuple(given)) for sc, given in plans), tuple(missing), in_place)
     hit = _update_fillers.get(key)
     if hit is None:
-        if len(_update_fillers) > 256:
-            _update_fillers.clear()
-        hit = _update_fillers[key] = update_rows_filler(plans, missing, in_place=in_place)
+        hit = update_rows_filler(plans, missing, in_place=in_place)
+        _update_fillers.put(key, hit)
     return hit
 
 
-def fast_insert_rows(shards: RowShards, rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+def fast_insert_rows(
+    shards: RowShards,
+    rows: Sequence[dict[str, Any]],
+    plan: tuple[ShardColumn, ...] | None = None,
+    *,
+    in_place: bool = False,
+) -> list[dict[str, Any]]:
     """INSERT rows carrying every source, through the generated filler of the table
-    (``sharded_orm.write.fastpath``); a row it cannot settle goes through ``insert_row``."""
-    plan = tuple(shards.client_made)
-    filler = _fillers.get(plan)
+    (``sharded_orm.write.fastpath``); a row it cannot settle goes through ``insert_row``.
+    ``plan``: the shards to fill (default: every client-computed one); ``in_place``: the
+    rows are the ORM flush's own, made for this statement alone, and get their shards
+    themselves (no copy per row)."""
+    if plan is None:
+        plan = tuple(shards.client_made)
+    key = (plan, in_place)
+    filler = _fillers.get(key)
     if filler is None:
-        if len(_fillers) > 256:
-            _fillers.clear()
         checker = RowShards(plan, on_spanner=False)
 
         def slow_row(row: dict[str, Any]) -> dict[str, Any]:
             return checker.insert_row(row, {}, _writing.get())
 
-        filler = _fillers[plan] = rows_filler(plan, slow_row)
+        filler = rows_filler(plan, slow_row, in_place=in_place)
+        _fillers.put(key, filler)
     token = _writing.set(shards.connection)  # the cached filler's slow rows see this write's
     try:
         return filler(rows)

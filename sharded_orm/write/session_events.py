@@ -35,8 +35,8 @@ from sqlalchemy.orm.attributes import instance_state, set_committed_value
 
 from sharded_orm.errors import ShardingError
 from sharded_orm.schema.registry import declared_names, registrations
-from sharded_orm.write.attr_events import Plan, mapper_plans, sharded_tables
 from sharded_orm.write.engine_hook import is_watched, root_engine, watch
+from sharded_orm.write.orm_events import Plan, mapper_plans, sharded_tables
 
 _plans: weakref.WeakKeyDictionary[Any, list[Plan]] = weakref.WeakKeyDictionary()
 

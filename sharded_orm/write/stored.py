@@ -40,6 +40,7 @@ from sharded_orm.limits import (
     parameter_limit,
     request_budget,
 )
+from sharded_orm.memo import Memo
 from sharded_orm.schema.coerce import base_type
 from sharded_orm.schema.timestamps import read_back_error
 from sharded_orm.spanner import is_spanner
@@ -324,7 +325,10 @@ def _dbapi_connection(conn: Connection) -> Any:
 _ARRAY_TYPES = frozenset(
     {"INT64", "STRING", "BYTES", "DATE", "TIMESTAMP", "NUMERIC", "FLOAT64", "FLOAT32", "BOOL"}
 )
-_arrays: dict[tuple[int, tuple[str, ...], str], tuple[Any, Any, list[Any]]] = {}
+#: (id(table), columns read, dialect) -> (the table, the statement, the key binds' processors)
+_arrays: Memo[tuple[int, tuple[str, ...], str], tuple[Any, Any, list[Any]]] = Memo(
+    "write.stored_arrays", 1024
+)
 
 
 def _spanner_by_arrays(
@@ -364,14 +368,15 @@ def _spanner_by_arrays(
     )
     stmt = text(sql).columns(*[column(c.name, c.type) for c in columns])
     procs = [c.type.dialect_impl(dialect).bind_processor(dialect) for c in pk]
-    if len(_arrays) > 1024:
-        _arrays.clear()
-    _arrays[at] = (table, stmt, procs)
+    _arrays.put(at, (table, stmt, procs))
     return stmt, procs
 
 
 _KEYS = "sharded_orm_keys"
-_statements: dict[tuple[int, tuple[str, ...], bool], tuple[Any, Any]] = {}
+#: (id(table), columns read, keys as JSON) -> (the table, the statement)
+_statements: Memo[tuple[int, tuple[str, ...], bool], tuple[Any, Any]] = Memo(
+    "write.stored_statements", 1024
+)
 _INT64 = (-(2**63), 2**63 - 1)
 
 
@@ -422,7 +427,5 @@ def _select_by_keys(table: Any, pk: list[Any], keys: list[str], as_json: bool) -
     else:
         where = pk[0] if len(pk) == 1 else tuple_(*pk)
         stmt = select(*columns).where(where.in_(bindparam(_KEYS, expanding=True)))
-    if len(_statements) > 1024:
-        _statements.clear()
-    _statements[at] = (table, stmt)
+    _statements.put(at, (table, stmt))
     return stmt

@@ -303,6 +303,10 @@ def _check_commit(conn: Connection) -> None:
 
 
 def _rolled_back(conn: Connection) -> None:
+    if conn.invalidated:
+        # the DB-API connection is gone and its ``info`` with it (SQLAlchemy refuses to
+        # read ``conn.info`` until this rollback ends): nothing pending survives it
+        return
     st = conn.info.get(_STATE)
     if st is not None:
         st.pending.clear()
@@ -326,6 +330,8 @@ def _release(conn: Connection, name: str, context: Any) -> None:
 
 
 def _rollback_to(conn: Connection, name: str, context: Any) -> None:
+    if conn.invalidated:
+        return  # as in _rolled_back
     st = _state(conn)
     if st.savepoints:
         depth = _level(st, name)
@@ -338,7 +344,7 @@ def _rollback_to(conn: Connection, name: str, context: Any) -> None:
 def _on_error(ctx: Any) -> None:
     """A statement failed: it wrote nothing, so there is nothing to mirror."""
     conn = ctx.connection
-    st = conn.info.get(_STATE) if conn is not None else None
+    st = conn.info.get(_STATE) if conn is not None and not conn.invalidated else None
     if st is not None:
         st.pending.clear()
 

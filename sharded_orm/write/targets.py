@@ -19,6 +19,7 @@ from sqlalchemy.sql.expression import TableClause
 from sqlalchemy.sql.schema import Table
 
 from sharded_orm.errors import ShardConfigError
+from sharded_orm.memo import Memo
 from sharded_orm.schema.columns import ShardColumn, is_shard_column, shard_columns
 from sharded_orm.schema.registry import declared_tables
 
@@ -28,8 +29,10 @@ _tables: weakref.WeakKeyDictionary[Table, tuple[int, tuple[ShardColumn, ...]]] =
     weakref.WeakKeyDictionary()
 )
 _NONE: tuple[ShardColumn, ...] = ()
-#: lightweight tables (no .info) -> their resolved layout
-_light: dict[int, tuple[TableClause, int, tuple[ShardColumn, ...]]] = {}
+#: lightweight tables (no .info): id -> (the table, its column count, its resolved layout)
+_light: Memo[int, tuple[TableClause, int, tuple[ShardColumn, ...]]] = Memo(
+    "write.light_tables", 1024
+)
 
 
 def statement_table(elem: Any) -> Any:
@@ -63,9 +66,7 @@ def write_shards(table: Any) -> tuple[ShardColumn, ...]:
         if hit is not None and hit[0] is table and hit[1] == len(table.c):
             return hit[2]
         shards = _foreign(table)
-        if len(_light) > 1024:
-            _light.clear()
-        _light[id(table)] = (table, len(table.c), shards)
+        _light.put(id(table), (table, len(table.c), shards))
         return shards
     return _NONE
 

@@ -1,10 +1,18 @@
 """What the ORM flush tells the engine hook about the rows it is about to send.
 
-``before_insert`` runs for every object of a flush before SQLAlchemy sends their INSERT,
-on the same ``Connection``. For each object it fills, it records here (per connection and
-table, in order) the very source objects it hashed and the shard it stored, with the
-object's ``__dict__`` and which of its shards the library derived (not the caller's). The
-engine hook accepts an INSERT row without hashing it only when both hold:
+Each row's shard is computed once, by the engine hook, from the row the flush finally
+sends (after every default and listener), and written back to its object
+(:func:`hook_fills`). ``before_insert`` runs for every object of a flush before
+SQLAlchemy sends their INSERT, on the same ``Connection``, and records here (per
+connection and table, in order) the object's ``__dict__``, so the hook can write the
+shards of its row back to it. Two kinds of shard cannot wait for the statement, and are
+computed by ``before_insert`` (or by the attribute listener that derived a key shard as its
+sources were set): a shard in the primary key (``session.merge()``, the identity map and
+SQLAlchemy's batching of the INSERT need it first) and a shard Spanner computes
+(``server_side=True``, which the object holds all the same). For those, the record holds
+the very source objects hashed and the shard stored, and which of its shards the library
+derived (not the caller's). The hook reads them without hashing them again only when both
+hold:
 
 * the statement is the ORM flush's own INSERT for that table: SQLAlchemy's persistence
   sends each of its statements with the execution option ``compiled_cache`` set to the
@@ -22,7 +30,8 @@ back (a failed flush leaves nothing behind for the next statement).
 
 ``before_update`` records, by primary key, the objects whose derived shard the engine hook
 computes from the UPDATE it sends (:meth:`Expected.expect`), so the hook can write that
-shard back to the object (:func:`updated_objects`).
+shard back to the object (:func:`updated_objects`): the shard of an updated row, in the
+primary key or not, is computed there alone, from what the UPDATE sends.
 """
 
 from __future__ import annotations
@@ -33,9 +42,20 @@ from collections.abc import Iterable
 from operator import is_
 from typing import Any
 
-#: what the rows of one table's records hold: (attribute, column key) of each value, and
-#: the column keys alone (the row's names for them), shared by every record of a mapper
-Shape = tuple[tuple[tuple[str, str], ...], tuple[str, ...]]
+#: what the rows of one table's records hold, shared by every record of a mapper:
+#: (attribute, column key) of each value recorded (the shards computed before the
+#: statement, and their sources), the column keys alone (the row's names for them); the
+#: attributes and column keys of the values a row must hold as its object does (the key,
+#: and the sources of the shards the hook fills: a row out of step with the records is
+#: no object's); and (attribute, column key) of each value the hook writes back to the
+#: object (the shards it fills, and their sources in the form stored)
+Shape = tuple[
+    tuple[tuple[str, str], ...],
+    tuple[str, ...],
+    tuple[str, ...],
+    tuple[str, ...],
+    tuple[tuple[str, str], ...],
+]
 #: a record, as :func:`take` gives one back: the values of one object's shards and sources
 #: as filled, the object's __dict__, (attribute, column key) of each value, (column key,
 #: attribute) of each shard the library derived, and the column key of each value
@@ -53,7 +73,7 @@ Record = tuple[
 Queues = dict[tuple[int, int], deque[Any]]
 _pending: weakref.WeakKeyDictionary[Any, Queues] = weakref.WeakKeyDictionary()
 #: connection -> (id of the statement cache, id of the table) -> primary key -> write-backs
-Target = tuple[dict[str, Any], str, str, bool]
+Target = tuple[dict[str, Any], str, str]
 
 
 class Expected(dict[Any, Any]):
@@ -62,14 +82,12 @@ class Expected(dict[Any, Any]):
     :attr:`usual` (the first one recorded: a model's one shard), else one :data:`Target`,
     or a list of them when the row has several (two shards, or several UPDATEs of one
     row). :func:`targets_of` reads any of the three. The flush keeps no container alive per
-    object for the usual case. ``derived`` is True once one of them carries a key shard the
-    library derived before the later listeners ran (the hook computes it again)."""
+    object for the usual case."""
 
-    derived = False
-    #: (shard attribute, column key, in the key) of the write-back stored as a bare dict
-    usual: tuple[str, str, bool] | None = None
+    #: (shard attribute, column key) of the write-back stored as a bare dict
+    usual: tuple[str, str] | None = None
 
-    def expect(self, pk: Any, d: dict[str, Any], tail: tuple[str, str, bool]) -> None:
+    def expect(self, pk: Any, d: dict[str, Any], tail: tuple[str, str]) -> None:
         """Record the write-back ``(d, *tail)`` for the row of ``pk`` (``before_update``
         stores the usual one itself, and calls this for anything else)."""
         if self.usual is None:
@@ -84,7 +102,7 @@ class Expected(dict[Any, Any]):
             self[pk] = [*targets, target]
 
 
-def targets_of(got: Any, usual: tuple[str, str, bool] | None) -> Iterable[Target]:
+def targets_of(got: Any, usual: tuple[str, str] | None) -> Iterable[Target]:
     """The write-backs an :class:`Expected` entry holds (``usual``: its ``usual``)."""
     cls = got.__class__
     if cls is tuple:
@@ -112,27 +130,53 @@ def _same(got: Any, want: Any) -> bool:
     return got is want or (type(got) is int and type(want) is int and got == want)
 
 
-def take(
-    connection: Any, options: Any, table: Any, rows: list[dict[str, Any]]
-) -> bool | list[tuple[int, Record]]:
-    """For the INSERT into ``table`` run with execution ``options``: True when it is the
-    ORM flush's own and every row is the next recorded object, unchanged; a list of
-    ``(row index, record)`` for the rows a later listener changed (each still what its
-    object holds now); False otherwise (the rows are then checked in full, and the
-    connection's records dropped). The records are consumed."""
+def hook_fills(sc: Any, table_shards: Iterable[Any]) -> bool:
+    """Whether the engine hook computes ``sc`` for the flush's INSERT rows, from the row
+    sent, and writes it back to the object (``table_shards``: every shard of its table):
+    every shard but one in the primary key, and but those of a table with a shard Spanner
+    computes (``before_insert`` computes those: the hook leaves such a table's rows as
+    the flush sends them)."""
+    return not sc.column.primary_key and not any(s.server_side for s in table_shards)
+
+
+#: what :func:`take` gives back: per row its object's __dict__ and its record's shape, and
+#: ``(row index, record)`` of the rows whose shards computed before the statement a later
+#: listener changed the sources of (each row still what its object holds now)
+Taken = tuple[list[dict[str, Any]], list[Shape], list[tuple[int, Record]]]
+
+
+def take(connection: Any, options: Any, table: Any, rows: list[dict[str, Any]]) -> Taken | None:
+    """For the INSERT into ``table`` run with execution ``options``: when it is the ORM
+    flush's own and every row is the next recorded object's, what :data:`Taken` says;
+    None otherwise (the rows are then checked in full, and the connection's records
+    dropped). The records are consumed."""
     records = _pending.get(connection)
     if not records:
-        return False
+        return None
     queue = records.get((id(options.get("compiled_cache")), id(table)))
     if not queue:
         records.clear()
-        return False
-    changed: list[tuple[int, Record]] | None = None
+        return None
+    objects: list[dict[str, Any]] = []
+    shapes: list[Shape] = []
+    changed: list[tuple[int, Record]] = []
     pop = queue.popleft
     try:
         for i, row in enumerate(rows):
             shape, d, derived = pop(), pop(), pop()
             columns = shape[1]
+            objects.append(d)
+            shapes.append(shape)
+            at, keys = shape[2], shape[3]
+            if (
+                keys
+                and not all(map(is_, map(row.get, keys), map(d.get, at)))
+                and not all(map(_same, map(row.get, keys), map(d.get, at)))
+            ):
+                records.clear()  # out of step: not this object's row
+                return None
+            if not columns:
+                continue
             values = [pop() for _ in columns]
             if all(map(is_, map(row.get, columns), values)):
                 continue  # the row sends the very objects that were hashed
@@ -140,14 +184,12 @@ def take(
                 continue
             if any(not _same(row.get(key), d.get(attr)) for attr, key in shape[0]):
                 records.clear()  # out of step: not this object's row
-                return False
-            if changed is None:
-                changed = []
+                return None
             changed.append((i, (tuple(values), d, shape[0], derived, columns)))
     except IndexError:  # fewer records than rows
         records.clear()
-        return False
-    return True if changed is None else changed
+        return None
+    return objects, shapes, changed
 
 
 def updates_of(connection: Any) -> Updates:
@@ -164,9 +206,7 @@ def expected(updates: Updates, cache: Any, table: Any) -> Expected:
     mapper's statement cache) as their compiled cache, by primary key (created on use, then
     kept: :func:`forget` empties it in place); ``updates``: :func:`updates_of` the flush's
     connection. ``before_update`` adds to it:
-    the object's __dict__, its shard attribute, the shard's column key, and whether the row
-    carries a key shard the library derived before a later listener could change a source
-    (computed again by the hook, which then sets ``derived``)."""
+    the object's __dict__, its shard attribute and the shard's column key."""
     at = (id(cache), id(table))
     by_key = updates.get(at)
     if by_key is None:
@@ -195,7 +235,6 @@ def forget(connection: Any, *args: Any) -> None:
     if updates:
         for by_key in updates.values():
             by_key.clear()
-            by_key.derived = False
             by_key.usual = None
 
 
