@@ -1,7 +1,8 @@
 """Alembic's implementation class for Spanner.
 
-The Spanner dialect of sharded-orm defines it (``sharded_orm.spanner.alembic_impl``), so
-env.py imports nothing for it. It:
+The Spanner dialect of sharded-orm registers for it a class that builds it when Alembic
+makes a migration context (``sharded_orm.spanner.alembic_impl``), so env.py imports
+nothing for it and an engine loads nothing of this package. It:
 
 * keeps ``alembic_version`` keyed by ``version_num`` and writes a revision change as
   DELETE + INSERT (Spanner refuses an UPDATE of a key column), in one transaction;
@@ -41,12 +42,12 @@ from types import SimpleNamespace
 from typing import Any, TextIO
 
 import sqlalchemy as sa
-from alembic.ddl.impl import DefaultImpl
 from sqlalchemy import event
 from sqlalchemy.engine import Connection, Dialect
 
 from sharded_orm.checks import quote_identifier
 from sharded_orm.limits import ddl_batches
+from sharded_orm.spanner.alembic_impl import SpannerImpl as RegisteredImpl
 from sharded_orm.spanner.mutations import database_of
 
 from . import ops as _ops  # noqa: F401  (registers op.backfill_shard, op.alter_index_storing)
@@ -60,11 +61,10 @@ from .commit import (
     watch_writes,
     write_revision_on,
 )
-from .comparing import SpannerComparisons
+from .compare import SpannerComparisons
 from .data_errors import report_aborted_statements
 from .errors import MigrationError
-from .idempotent import idempotent_sql, is_ddl
-from .impl_guard import app_impl
+from .idempotent import idempotent_sql, is_ddl, is_text_ddl, rerunnable
 from .render import chain_render_item
 from .schema_change import SchemaChangeBusy, SchemaChangeTimeout, apply_ddl, ddl_timeouts
 
@@ -114,12 +114,15 @@ def _quiet_autocommit(connection: Connection) -> None:
         connection.execution_options(ignore_transaction_warnings=True)
 
 
-class SpannerImpl(SpannerComparisons, DefaultImpl):
-    """Alembic impl for sqlalchemy-spanner (see the module docstring)."""
+class SpannerImpl(SpannerComparisons, RegisteredImpl):
+    """Alembic impl for sqlalchemy-spanner (see the module docstring).
 
-    # an app's own impl is honoured, never silently replaced (.impl_guard)
-    if app_impl() is None:
-        __dialect__ = "spanner+spanner"
+    Not registered itself (no ``__dialect__``): Alembic finds
+    :class:`sharded_orm.spanner.alembic_impl.SpannerImpl`, which builds this class when
+    a migration context is made, so an engine loads none of ``alembic_ext``. An app's
+    own impl is honoured, never silently replaced (.impl_guard).
+    """
+
     sharded_orm_impl = True  # .impl_guard.MARK
     transactional_ddl = False
 
@@ -274,7 +277,12 @@ class SpannerImpl(SpannerComparisons, DefaultImpl):
         if isinstance(construct, str):
             construct = sa.text(construct)
         if is_ddl(construct):
-            sql = idempotent_sql(str(construct.compile(dialect=self.dialect)).strip())
+            # safe to send again: the construct's own IF [NOT] EXISTS flag, or for DDL
+            # given as text, the clause added to its head (.idempotent)
+            if is_text_ddl(construct):
+                sql = idempotent_sql(str(construct.compile(dialect=self.dialect)).strip())
+            else:
+                sql = str(rerunnable(construct).compile(dialect=self.dialect)).strip()
             if self.as_sql:
                 self.static_output(sql.replace("\t", "    ") + self.command_terminator)
             else:
@@ -334,6 +342,8 @@ class SpannerImpl(SpannerComparisons, DefaultImpl):
         super().add_column(table_name, column, **kw)
 
     def drop_column(self, table_name: str, column: sa.Column[Any], **kw: Any) -> None:
+        # Spanner has no DROP COLUMN IF EXISTS (a syntax error): the check below does it
+        kw.pop("if_exists", None)
         conn = self._online()
         if conn is not None:
             if not self._column_exists(conn, table_name, column.name):

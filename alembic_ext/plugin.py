@@ -126,6 +126,8 @@ def _impl_for_stock_engine(dialect: Any, *_connect_args: Any) -> None:
         return None
     import importlib
 
+    # its base class, sharded_orm.spanner.alembic_impl.SpannerImpl, registers for
+    # spanner+spanner (unless the app's own impl is there) and builds it
     importlib.import_module("alembic_ext.impl")
     _impl_defined = True
     return None  # (a do_connect listener that returns None lets the dialect connect)

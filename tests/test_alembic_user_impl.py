@@ -43,6 +43,13 @@ EXPECTED = {
     "app_impl_subclasses_ours": ("__main__.SpannerImpl", True),
     "no_app_impl": ("alembic_ext.impl.SpannerImpl", True),
 }
+#: what Alembic finds where it differs from what it runs: the class our dialect registers,
+#: which builds alembic_ext.impl.SpannerImpl (an engine loads none of alembic_ext, issue 45)
+REGISTERED = {"no_app_impl": "sharded_orm.spanner.alembic_impl.SpannerImpl"}
+#: outside an Alembic command, an app impl defined after our dialect loaded leaves
+#: nothing of ours loaded, so our operations do not exist (issue 45: an engine loads no
+#: alembic_ext); in a command, or with the app's impl defined first, they refuse as above
+UNREGISTERED = {"app_impl_after_the_dialect"}
 REASON = "needs sharded-orm's Alembic impl (alembic_ext.SpannerImpl)"
 FAKE_URL = "spanner+spanner:///projects/p/instances/i/databases/d"
 
@@ -92,16 +99,21 @@ print(json.dumps(out))
 """
 
 
+# 4 import orders, each a migration; quick loop:
+# test_our_autogenerate_plugin_says_why_it_cannot_run_on_the_apps_impl
+@pytest.mark.slow
 @pytest.mark.parametrize("order", list(ORDERS))
 def test_the_apps_impl_runs_and_our_operations_say_why_they_cannot(order: str) -> None:
     got = run(order, OFFLINE)
     impl, ours_work = EXPECTED[order]
-    assert got["registered"] == impl
+    assert got["registered"] == REGISTERED.get(order, impl)
     assert got["runs"] == impl
     assert got["plain_op"] is True  # the app's migrations run as they did
     for name in ("backfill_shard", "alter_index_storing"):
         if ours_work:
             assert got[name] == "ok", got[name]
+        elif order in UNREGISTERED:
+            assert got[name] == f"AttributeError: 'Operations' object has no attribute '{name}'"
         else:
             assert got[name].startswith("MigrationError: op."), got[name]
             assert REASON in got[name] and "__main__.SpannerImpl" in got[name]

@@ -1,16 +1,86 @@
-"""Brings the Alembic impl with the dialect, so env.py needs no import for it.
+"""The class Alembic finds for ``spanner+spanner``; the impl itself loads when Alembic builds one.
 
-Alembic looks its impl up by dialect name (``spanner+spanner``) in a registry that a
-``DefaultImpl`` subclass joins when it is defined; without one, ``MigrationContext.
-configure`` fails with ``KeyError: 'spanner+spanner'``. As sqlalchemy-cockroachdb does
-for its dialect, our dialect module imports this one, which defines the impl
-(:class:`alembic_ext.impl.SpannerImpl`) when Alembic is installed. ``import sharded_orm``
-never gets here: the dialect module is loaded only when a Spanner engine or URL needs it.
+Alembic looks its impl up by dialect name in a registry that a ``DefaultImpl`` subclass
+joins when its class body sets ``__dialect__``, and builds it at once
+(``MigrationContext`` does ``DefaultImpl.get_by_dialect(dialect)(dialect, connection,
+...)``); without one, ``MigrationContext.configure`` fails with ``KeyError:
+'spanner+spanner'``. Our dialect module imports this one so env.py needs no import for
+it, as sqlalchemy-cockroachdb does, but an application's engine must not pay for
+migrations: this module defines only :class:`SpannerImpl`, which joins the registry and,
+when Alembic builds one, loads :mod:`alembic_ext.impl` and builds its full impl (a
+subclass of this class that does not register itself). Alembic reads nothing of the
+class before building it, so the full impl is in place, with everything
+``alembic_ext`` registers (operations, renderers, the inspector), before a migration
+runs, renders or compiles any DDL.
+
+sqlalchemy-spanner's own module imports Alembic, so this costs nothing more of it. An
+impl the application defined for ``spanner+spanner`` before the dialect loaded is
+honoured: this class then does not register over it (``alembic_ext.impl_guard``).
 """
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
+from typing import Any
 
-if importlib.util.find_spec("alembic") is not None:
-    importlib.import_module("alembic_ext.impl")
+from alembic.ddl.impl import DefaultImpl
+
+__all__ = ["FULL_IMPL", "SpannerImpl"]
+
+#: module and class of the full impl, built in this class's place
+FULL_IMPL = ("alembic_ext.impl", "SpannerImpl")
+
+
+class _Named:
+    name = "spanner+spanner"
+
+
+def _app_impl_defined() -> bool:
+    """Whether Alembic already has an impl for spanner+spanner (an application's own)."""
+    try:
+        DefaultImpl.get_by_dialect(_Named())  # type: ignore[arg-type]
+    except KeyError:
+        return False
+    return True
+
+
+def _in_alembic_command() -> bool:
+    """Whether an Alembic command is running env.py (``alembic.context`` has its config)."""
+    from alembic import context
+
+    try:
+        context.config  # noqa: B018
+    except (NameError, AttributeError):
+        return False
+    return True
+
+
+#: an impl for spanner+spanner defined before ours (the application's): honoured
+_APP_IMPL = _app_impl_defined()
+
+
+class SpannerImpl(DefaultImpl):
+    """Registered for ``spanner+spanner``; building it builds ``alembic_ext.impl.SpannerImpl``.
+
+    ``__new__`` returns an instance of the full impl, a subclass of this class, so Python
+    then runs the full impl's ``__init__`` with Alembic's arguments. Subclasses (the full
+    impl, an application's subclass of it) are built as they are.
+    """
+
+    if not _APP_IMPL:
+        __dialect__ = "spanner+spanner"
+    transactional_ddl = False
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        if cls is SpannerImpl:
+            module, name = FULL_IMPL
+            cls = getattr(importlib.import_module(module), name)
+        return super().__new__(cls)
+
+
+# A process that runs migrations (an Alembic command running env.py, or one whose own
+# impl for spanner+spanner Alembic builds instead of ours) gets our operations now:
+# ``op.backfill_shard`` and the others exist and, on an impl not ours, refuse saying why
+# (alembic_ext.impl_guard). An application's engine loads nothing of alembic_ext.
+if _APP_IMPL or _in_alembic_command():
+    importlib.import_module("alembic_ext.ops")  # registers op.backfill_shard, ...

@@ -99,6 +99,11 @@ from sharded_orm.checks import render_url
 from sharded_orm.limits import SPANNER_PARAMETERS
 from sharded_orm.schema.registry import engine_seen
 from sharded_orm.spanner import SPANNER_DIALECT_NAMES
+
+# Alembic finds its impl by dialect name: registered with the dialect, as
+# sqlalchemy-cockroachdb does, so env.py needs no import; the impl itself loads only
+# when Alembic builds one (see alembic_impl)
+from sharded_orm.spanner import alembic_impl as alembic_impl
 from sharded_orm.spanner.commits import (
     DEFAULT_COMMIT_TIMEOUT,
     CommitTimeout,
@@ -313,8 +318,3 @@ class SpannerDialect(BoundReflection, _stock.SpannerDialect):  # type: ignore[mi
         if is_abandoned(dbapi_connection):
             return  # its close would roll back on the server that did not answer the commit
         super().do_close(dbapi_connection)
-
-
-# Alembic finds its impl by dialect name: define it with the dialect, as
-# sqlalchemy-cockroachdb does, so env.py needs no import (see alembic_impl).
-from sharded_orm.spanner import alembic_impl  # noqa: E402,F401
