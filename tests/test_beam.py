@@ -10,8 +10,10 @@ import sys
 from decimal import Decimal
 from typing import Any
 
+import apache_beam as beam  # the beam extra (tests/conftest.py BEAM_ONLY)
 import pytest
 import sqlalchemy as sa
+from apache_beam.testing.util import assert_that
 from at_scale_models import BASE_TS, CrcLogEntry, load_old_rows, rows
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -25,12 +27,7 @@ from sharded_orm import (
     shard_column,
     verify,
 )
-
-beam = pytest.importorskip("apache_beam", reason="the beam extra is not installed")
-
-from apache_beam.testing.util import assert_that  # noqa: E402
-
-from sharded_orm.beam import (  # noqa: E402
+from sharded_orm.beam import (
     Backfill,
     RowPlan,
     RowRejected,
@@ -189,6 +186,8 @@ def pipeline(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) ->
     return lambda: beam.Pipeline(options=options)
 
 
+# Beam pipeline end to end; quick loop: test_row_plan_rejects_with_the_reason
+@pytest.mark.slow
 @pytest.mark.emulator
 def test_write_sharded_loads_good_rows_and_dead_letters_bad_ones(
     beam_db: Any, pipeline: Any
@@ -219,6 +218,8 @@ def test_write_sharded_loads_good_rows_and_dead_letters_bad_ones(
     assert report.mismatched == {"EntryShardId": 0, "EntryShardV2": 0}
 
 
+# Beam pipeline end to end; quick loop: test_row_plan_agrees_with_shard_column
+@pytest.mark.slow
 @pytest.mark.emulator
 def test_backfill_reshards_crc32_and_is_idempotent(beam_db: Any, pipeline: Any) -> None:
     engine, ids = beam_db

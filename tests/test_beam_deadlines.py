@@ -8,15 +8,13 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import apache_beam as beam  # the beam extra (tests/conftest.py BEAM_ONLY)
 import pytest
 import sqlalchemy as sa
 from at_scale_models import CrcLogEntry, load_old_rows, rows
 
 from sharded_orm import ShardConfigError
-
-beam = pytest.importorskip("apache_beam", reason="the beam extra is not installed")
-
-from sharded_orm.beam import Backfill, WriteSharded  # noqa: E402
+from sharded_orm.beam import Backfill, WriteSharded
 
 pytestmark = [pytest.mark.beam, pytest.mark.emulator]
 

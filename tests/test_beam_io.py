@@ -6,18 +6,16 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+import apache_beam as beam  # the beam extra (tests/conftest.py BEAM_ONLY)
 import pytest
+from apache_beam.internal import pickler
 from at_scale_models import CrcLogEntry
+from google.auth.credentials import Credentials
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-beam = pytest.importorskip("apache_beam", reason="the beam extra is not installed")
-
-from apache_beam.internal import pickler  # noqa: E402
-from google.auth.credentials import Credentials  # noqa: E402
-
-from sharded_orm.beam import Backfill, WriteSharded  # noqa: E402
-from sharded_orm.beam.spanner_io import Database, Mutation, WriteMutations  # noqa: E402
+from sharded_orm.beam import Backfill, WriteSharded
+from sharded_orm.beam.spanner_io import Database, Mutation, WriteMutations
 
 pytestmark = pytest.mark.beam
 
@@ -79,6 +77,8 @@ class _RecordingDatabase(Database):
         return _Recorder()
 
 
+# 15 drawn Beam writes; quick loop: test_credentials_reach_the_clients_the_workers_open
+@pytest.mark.slow
 @settings(max_examples=15, deadline=None)
 @given(
     keys=st.lists(

@@ -10,18 +10,16 @@ import os
 from pathlib import Path
 from typing import Any
 
+import apache_beam as beam  # the beam extra (tests/conftest.py BEAM_ONLY)
 import pytest
 import sqlalchemy as sa
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from sharded_orm import TimestampShardedMixin, compute_shard, verify
+from sharded_orm.beam import counters, run
+from sharded_orm.beam.copy import CopyTable
 from sharded_orm.load.copy import compare_tables
 from sharded_orm.spanner.mutations import database_of
-
-beam = pytest.importorskip("apache_beam", reason="the beam extra is not installed")
-
-from sharded_orm.beam import counters, run  # noqa: E402
-from sharded_orm.beam.copy import CopyTable  # noqa: E402
 
 pytestmark = [pytest.mark.beam, pytest.mark.emulator]
 
