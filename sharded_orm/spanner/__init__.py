@@ -25,3 +25,5 @@ def is_spanner(dialect: Any) -> bool:
 # both names. Registered by module path: nothing is imported until it is used.
 registry.register("spanner.spanner", "sharded_orm.spanner.dialect", "SpannerDialect")
 registry.register("spanner", "sharded_orm.spanner.dialect", "SpannerDialect")
+# ``create_async_engine("spanner+spanner_async:///...")``: the same dialect for asyncio (.asyncio)
+registry.register("spanner.spanner_async", "sharded_orm.spanner.asyncio", "AsyncSpannerDialect")

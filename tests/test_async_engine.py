@@ -1,0 +1,272 @@
+"""Issue 46: ``create_async_engine("spanner+spanner_async:///...")`` on the emulator.
+
+The async dialect (``sharded_orm.spanner.asyncio``) is the sync one with its DB-API calls
+on one worker thread per connection: DDL through ``run_sync``, ORM flushes with shard
+columns, the partial-source UPDATE, ``merged()``/``page()``, statement deadlines,
+cancellation, and an event loop that stays responsive under 50 concurrent tasks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import (
+    AsyncEngine,
+    AsyncSession,
+    async_sessionmaker,
+    create_async_engine,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+from sharded_orm import (
+    ShardedIndex,
+    UTCDateTime,
+    get_shard_column,
+    merged,
+    page,
+    shard_column,
+    sharded_select,
+)
+
+pytestmark = pytest.mark.emulator
+
+T0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class Event(Base):
+    __tablename__ = "async_events"
+    id: Mapped[int] = mapped_column(primary_key=True, autoincrement=False)
+    tenant: Mapped[str] = mapped_column(sa.String(20))
+    kind: Mapped[str] = mapped_column(sa.String(20))
+    ts: Mapped[dt.datetime] = mapped_column(UTCDateTime)
+    s: Mapped[int] = shard_column("tenant", "kind", count=8)
+    __table_args__ = (ShardedIndex("async_events_by_ts", sa.desc("ts"), shard="s"),)
+
+
+def async_url(emulator: Any, database_id: str) -> str:
+    return emulator.url(database_id).replace("spanner+spanner:", "spanner+spanner_async:", 1)
+
+
+def make_engine(emulator: Any, database_id: str, **kw: Any) -> AsyncEngine:
+    connect_args = {"client": emulator.client}
+    return create_async_engine(async_url(emulator, database_id), connect_args=connect_args, **kw)
+
+
+def run(main: Callable[[], Awaitable[None]]) -> None:
+    asyncio.run(main())  # type: ignore[arg-type]
+
+
+async def _created(emulator: Any, **kw: Any) -> AsyncEngine:
+    engine = make_engine(emulator, emulator.create_database(), **kw)
+    async with engine.begin() as conn:
+        await conn.run_sync(Base.metadata.create_all)
+    return engine
+
+
+def stored_shard(tenant: str, kind: str) -> int:
+    return int(get_shard_column(Event, "s").compute([tenant, kind]))
+
+
+def test_url_gives_the_async_dialect_with_the_sync_one_s_behaviour(spanner_emulator: Any) -> None:
+    from sharded_orm.spanner.asyncio import AsyncSpannerDialect
+    from sharded_orm.spanner.dialect import SpannerDialect
+
+    engine = make_engine(spanner_emulator, "d1")
+    dialect = engine.sync_engine.dialect
+    assert type(dialect) is AsyncSpannerDialect and isinstance(dialect, SpannerDialect)
+    assert dialect.is_async and dialect.name == "spanner+spanner"
+    assert type(engine.sync_engine.pool).__name__ == "AsyncAdaptedQueuePool"
+    with pytest.raises(sa.exc.ArgumentError, match="not a Spanner URL"):
+        create_async_engine("spanner+spanner_async:///projects/p/databases/d").sync_engine.connect()
+
+
+def test_create_all_orm_flush_and_partial_source_update(spanner_emulator: Any) -> None:
+    async def main() -> None:
+        engine = await _created(spanner_emulator)
+        try:
+            async with engine.connect() as conn:
+                names = await conn.run_sync(lambda c: sa.inspect(c).get_table_names())
+                assert "async_events" in names
+            sessions = async_sessionmaker(engine, expire_on_commit=False)
+            async with sessions.begin() as s:
+                s.add_all([Event(id=i, tenant=f"t{i % 3}", kind="a", ts=T0) for i in range(6)])
+            async with sessions.begin() as s:
+                e = await s.get(Event, 1)
+                assert e is not None
+                e.kind = "b"  # one source of two: the shard follows
+            async with engine.begin() as conn:  # Core, one source given
+                await conn.execute(sa.update(Event).where(Event.id == 2).values(tenant="zz"))
+            async with engine.connect() as conn:
+                rows = (await conn.execute(sa.select(Event.__table__))).mappings().all()
+            got = {r["id"]: (r["tenant"], r["kind"], r["s"]) for r in rows}
+            assert got[1] == ("t1", "b", stored_shard("t1", "b"))
+            assert got[2] == ("zz", "a", stored_shard("zz", "a"))
+            for r in rows:
+                assert r["s"] == stored_shard(r["tenant"], r["kind"])
+        finally:
+            await engine.dispose()
+
+    run(main)
+
+
+def test_merged_and_page_through_async_session(spanner_emulator: Any) -> None:
+    async def main() -> None:
+        engine = await _created(spanner_emulator)
+        try:
+            async with engine.begin() as conn:
+                await conn.execute(
+                    Event.__table__.insert(),
+                    [
+                        {
+                            "id": i,
+                            "tenant": f"t{i % 5}",
+                            "kind": "k",
+                            "ts": T0 + dt.timedelta(seconds=i),
+                        }
+                        for i in range(30)
+                    ],
+                )
+            stmt = sharded_select(Event, index="async_events_by_ts").order_by(Event.ts.desc())
+            async with AsyncSession(engine) as s:
+                top = await merged(s, stmt, 4)
+                assert [e.id for e in top] == [29, 28, 27, 26]
+                first = await page(s, stmt, 10)
+                second = await page(s, stmt, 10, first.next_cursor)
+                assert [e.id for e in second.rows] == list(range(19, 9, -1))
+        finally:
+            await engine.dispose()
+
+    run(main)
+
+
+@pytest.fixture
+def silent(spanner_emulator: Any, spanner_faults: Any) -> AsyncIterator[tuple[Any, str]]:
+    database_id = spanner_emulator.create_database()
+    try:
+        yield spanner_faults, database_id
+    finally:
+        spanner_faults.clear()
+        spanner_faults.come_back()
+
+
+async def _heartbeat(period: float, lateness: list[float], stop: asyncio.Event) -> None:
+    due = time.monotonic() + period
+    while not stop.is_set():
+        await asyncio.sleep(max(0.0, due - time.monotonic()))
+        lateness.append(time.monotonic() - due)
+        due += period
+
+
+def test_statement_deadline_ends_a_silent_read_without_stalling_the_loop(
+    spanner_emulator: Any, silent: tuple[Any, str]
+) -> None:
+    faults, database_id = silent
+    through = faults.emulator(spanner_emulator)
+
+    async def main() -> None:
+        engine = make_engine(through, database_id, pool_size=1, max_overflow=0)
+        lateness: list[float] = []
+        stop = asyncio.Event()
+        beat = asyncio.create_task(_heartbeat(0.05, lateness, stop))
+        try:
+            # the server goes silent: the statement ends at its deadline, the loop runs on
+            faults.hang("ExecuteStreamingSql", 30, times=1)
+            started = time.monotonic()
+            with pytest.raises(sa.exc.OperationalError, match="can be retried"):
+                async with engine.connect() as conn:
+                    await conn.execute(sa.text("SELECT 1"), execution_options={"timeout": 1})
+            assert time.monotonic() - started < 1 + 3.0
+
+        finally:
+            stop.set()
+            await beat
+            await engine.dispose()
+        assert max(lateness) < 0.5, f"the event loop stalled {max(lateness):.2f} s"
+
+    run(main)
+
+
+def test_a_cancelled_task_gives_its_connection_back(
+    spanner_emulator: Any, silent: tuple[Any, str]
+) -> None:
+    """Cancelled while Spanner is silent: CancelledError at once, the connection
+    invalidated and its pool slot free (pool_size=1), the next statement runs."""
+    faults, database_id = silent
+    through = faults.emulator(spanner_emulator)
+
+    async def main() -> None:
+        engine = make_engine(through, database_id, pool_size=1, max_overflow=0)
+        try:
+            # a task cancelled while Spanner is silent: cancelled at once, its connection
+            # given back (pool_size=1: the next statement would wait for it otherwise)
+            faults.hang("ExecuteStreamingSql", 30, times=1)
+
+            async def read() -> None:
+                async with engine.connect() as conn:
+                    await conn.execute(sa.text("SELECT 1"), execution_options={"timeout": 2})
+
+            task = asyncio.create_task(read())
+            await asyncio.sleep(0.3)
+            task.cancel()
+            started = time.monotonic()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            assert time.monotonic() - started < 0.5
+            assert engine.sync_engine.pool.checkedout() == 0  # type: ignore[attr-defined]
+            async with engine.connect() as conn:
+                assert (await conn.execute(sa.text("SELECT 7"))).scalar() == 7
+        finally:
+            await engine.dispose()
+
+    run(main)
+
+
+TASKS = 50
+
+
+def test_fifty_concurrent_tasks_keep_the_event_loop_responsive(spanner_emulator: Any) -> None:
+    """50 tasks read and write at once (the emulator runs one read-write transaction at a
+    time: writes retry aborts); a heartbeat every 50 ms stays on schedule."""
+
+    async def main() -> None:
+        engine = await _created(spanner_emulator, pool_size=10, max_overflow=0)
+        lateness: list[float] = []
+        stop = asyncio.Event()
+        beat = asyncio.create_task(_heartbeat(0.05, lateness, stop))
+        sessions = async_sessionmaker(engine, expire_on_commit=False)
+
+        async def work(i: int) -> int:
+            for attempt in range(40):
+                try:
+                    async with sessions.begin() as s:
+                        s.add(Event(id=1000 + i, tenant=f"t{i}", kind="w", ts=T0))
+                    break
+                except sa.exc.DBAPIError:
+                    await asyncio.sleep(0.02 * (attempt + 1))
+            async with engine.connect() as conn:
+                return int(
+                    (
+                        await conn.execute(sa.select(Event.s).where(Event.id == 1000 + i))
+                    ).scalar_one()
+                )
+
+        try:
+            shards = await asyncio.gather(*(work(i) for i in range(TASKS)))
+        finally:
+            stop.set()
+            await beat
+            await engine.dispose()
+        assert shards == [stored_shard(f"t{i}", "w") for i in range(TASKS)]
+        assert max(lateness) < 0.5, f"the event loop stalled {max(lateness):.2f} s"
+
+    run(main)
