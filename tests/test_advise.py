@@ -182,6 +182,8 @@ def test_csv_injection_is_data(tmp_path: Path, capsys: pytest.CaptureFixture[str
 # --- the command line -------------------------------------------------------------------------
 
 
+# CLI journey with a plot; quick loop: test_rows_an_engine_and_a_csv_give_the_same_advice
+@pytest.mark.slow
 def test_cli_text_json_plot_and_exit_codes(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -154,6 +154,8 @@ def events(times: list[dt.datetime]) -> list[dict[str, Any]]:
 # --- (A) naive timestamps: said to be read as UTC -----------------------------------------------
 
 
+# simulates every count; quick loop: test_a_csvs_times_without_a_zone_are_said_to_be_utc
+@pytest.mark.slow
 def test_naive_timestamps_are_said_to_be_read_as_utc(
     app: Any, db: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -248,6 +250,9 @@ def test_an_id_that_does_not_grow_with_time_is_no_second_key_space(
     assert "recommended:" in out
 
 
+# simulates every count; quick loop:
+# test_an_id_that_does_not_grow_with_time_is_no_second_key_space
+@pytest.mark.slow
 @pytest.mark.parametrize("direction", [1, -1])
 def test_an_id_that_grows_with_time_still_asks_which_to_size(
     app: Any, db: Any, capsys: pytest.CaptureFixture[str], direction: int
@@ -331,6 +336,9 @@ def sweep_best(a: Any, workload: Workload, instance: Instance) -> Any:
     return min(ok, key=lambda p: (p.read_cost, p.count))
 
 
+# simulates every close count; quick loop:
+# test_advise.py::test_a_workload_gets_the_count_that_meets_the_target_with_the_least_read_cost
+@pytest.mark.slow
 def test_under_heavy_skew_the_close_counts_are_simulated_before_choosing() -> None:
     """5,000 tenants, Zipf 1.5, 3,000 rows/s: the model puts 10 shards above the target
     (184 w/s against 175) where simulate measures it below; advise simulates the counts it
@@ -362,6 +370,8 @@ def test_under_heavy_skew_advise_is_within_10_percent_of_the_sweep() -> None:
 # --- (E) a burst: its window stated and sized for -----------------------------------------------
 
 
+# simulates every count; quick loop: test_a_steady_sample_says_it_has_no_burst
+@pytest.mark.slow
 def test_a_burst_is_stated_and_sized_for(
     app: Any, db: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:

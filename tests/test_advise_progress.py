@@ -121,6 +121,9 @@ def _same_answer(kw: dict[str, Any], data: list[dict[str, Any]]) -> None:
                 assert (mine.read_cost, mine.count) > (full.best.read_cost, full.best.count)
 
 
+# walks every count at 3 sizes; quick loop:
+# test_advise_prints_progress_lines_when_its_output_is_not_a_terminal
+@pytest.mark.slow
 def test_the_answers_are_those_of_every_count_walked() -> None:
     """The counts of tests/test_advise_unsharded.py, and the page's default candidates."""
     inst = Instance(nodes=10, node_capacity=60)

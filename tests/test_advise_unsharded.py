@@ -159,6 +159,8 @@ def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
 # --- the answer -------------------------------------------------------------------------------
 
 
+# simulates every count; quick loop: test_the_columns_to_hash_and_the_index_can_be_named
+@pytest.mark.slow
 def test_a_populated_table_without_a_shard_column_gets_a_count(
     app: Any, db: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -181,6 +183,8 @@ def test_a_populated_table_without_a_shard_column_gets_a_count(
     assert 0.5 < summary["busiest_split_share"] < 0.6  # two tails, each about half
 
 
+# simulates twice; quick loop: test_the_columns_to_hash_and_the_index_can_be_named
+@pytest.mark.slow
 def test_bursts_get_more_shards_than_a_steady_rate_of_the_same_mean(
     app: Any, db: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -33,6 +33,8 @@ def _lines(text: str) -> set[str]:
     return {ln.strip() for ln in text.splitlines() if ln.strip()}
 
 
+# the page's whole journey; quick loop: test_alembic_emulator.py::test_seed_models_roundtrip
+@pytest.mark.slow
 def test_examples_run_and_generated_code_is_real(tmp_path: Path, spanner_emulator: Any) -> None:
     blocks = _blocks()
     runnable = [b for b in blocks if not b.startswith(("# migrations/env.py", "# generated"))]

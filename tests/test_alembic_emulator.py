@@ -104,6 +104,8 @@ CHANGES = [
 ]
 
 
+# 16 revisions and upgrades; quick loop: test_in_place_count_change_is_refused
+@pytest.mark.slow
 def test_each_index_property_change_is_detected_and_applied(project: Any) -> None:
     proj, engine = project
     proj.revision(_logs(8, "Shard8"), "init")
@@ -285,6 +287,8 @@ def _two(shard8: bool = True, shard16: bool = True, nullable16: bool = False) ->
     return md
 
 
+# resharding journey; quick loop: test_one_step_reshard_is_written_as_expand_and_contract
+@pytest.mark.slow
 def test_reshard_8_to_16_expand_then_contract(project: Any) -> None:
     proj, engine = project
     proj.revision(_two(shard16=False), "init")

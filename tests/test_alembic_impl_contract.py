@@ -202,6 +202,8 @@ print("commands ran")
 """
 
 
+# alembic CLI journey in subprocesses; quick loop: test_no_transaction_warning_from_a_migration
+@pytest.mark.slow
 def test_alembic_commands_print_no_transaction_or_deprecation_warning(
     spanner_emulator: Any, tmp_path: Any
 ) -> None:

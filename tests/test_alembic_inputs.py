@@ -306,6 +306,8 @@ def test_import_alembic_loads_only_the_light_plugin() -> None:
     assert out.stdout.strip() == "SpannerImpl"
 
 
+# 3 subprocesses; quick loop: test_import_alembic_loads_only_the_light_plugin
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "first", ["import alembic_ext", "import alembic_ext.plugin", "import sharded_orm, alembic_ext"]
 )

@@ -130,6 +130,9 @@ def test_batch_uppers_cut_the_next_keys_into_batches(n: int, batch: int, batches
     assert (uppers[-1] == [999]) if end and read else True  # the walk's last range
 
 
+# waits out a deadline; quick loop:
+# test_silent_server_at_the_commit_before_a_schema_change_ends_in_time
+@pytest.mark.slow
 def test_silent_server_mid_backfill_ends_within_its_deadline(
     spanner_emulator: Any, spanner_faults: Any
 ) -> None:
@@ -164,6 +167,9 @@ def test_silent_server_mid_backfill_ends_within_its_deadline(
     direct.dispose()
 
 
+# waits out a deadline; quick loop:
+# test_silent_server_at_the_commit_before_a_schema_change_ends_in_time
+@pytest.mark.slow
 def test_silent_server_mid_partitioned_dml_ends_within_its_deadline(
     spanner_emulator: Any, spanner_faults: Any
 ) -> None:
@@ -257,6 +263,9 @@ def test_silent_server_at_the_commit_before_a_schema_change_ends_in_time(
     direct.dispose()
 
 
+# alembic upgrade journey; quick loop:
+# test_silent_server_at_the_commit_before_a_schema_change_ends_in_time
+@pytest.mark.slow
 def test_silent_server_mid_backfill_in_alembic_upgrade_ends_within_its_deadline(
     tmp_path: Path, spanner_emulator: Any, spanner_faults: Any, monkeypatch: Any
 ) -> None:

@@ -297,6 +297,9 @@ def test_backfill_batches_commit_under_the_mutation_limit(n: int, indexed: bool)
 # ---------------------------------------------------------------------- bulk_load's commits
 
 
+# 9 loads at the limit; quick loop: test_backfill_batches_commit_under_the_mutation_limit,
+# test_an_index_entry_counts_its_columns_the_key_and_storing
+@pytest.mark.slow
 @pytest.mark.parametrize("n", [1, 2, 3])
 @pytest.mark.parametrize("step", [-1, 0, 1])
 def test_bulk_load_commits_count_index_entries_as_spanner_does(

@@ -64,6 +64,8 @@ def test_load_is_complete_row_for_row(engine: sa.Engine) -> None:
     assert sorted(owners) == list(range(len(owners))) and len(owners) == 30
 
 
+# 100,000 rows; quick loop: test_load_is_complete_row_for_row[spanner]
+@pytest.mark.slow
 @pytest.mark.emulator
 def test_100k_rows_on_the_emulator(spanner_engine: sa.Engine) -> None:
     Sharded.metadata.create_all(spanner_engine)

@@ -63,6 +63,8 @@ def test_only_commits_are_sent_one_range_each(mock_spanner: Any) -> None:
     assert first_keys != sorted(first_keys)
 
 
+# quick loop: test_only_commits_are_sent_one_range_each
+@pytest.mark.slow
 def test_commits_stay_within_the_mutation_limit(mock_spanner: Any) -> None:
     md = sa.MetaData()
     cols = [sa.Column(f"c{i}", sa.Integer) for i in range(400)]

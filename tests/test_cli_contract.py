@@ -266,6 +266,8 @@ def check_envelope(data: Any, command: str, items: str) -> list[Any]:
     return list(data[items])
 
 
+# a subprocess per command; quick loop: test_a_closed_pipe_is_one_line_and_exit_2
+@pytest.mark.slow
 def test_every_json_output_is_the_envelope(workdir: Path, tmp_path: Path) -> None:
     lint_out = run_cli(workdir, "lint", "models:Base", "--format", "json")
     found = check_envelope(json.loads(lint_out.stdout), "lint", "findings")
@@ -365,6 +367,8 @@ PARSER_MODULES = {
 }
 
 
+# 7 subprocesses; quick loop: test_version, test_simulate_help_has_text_and_defaults
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "argv",
     [("--version",), ("--help",)]
@@ -468,6 +472,8 @@ def test_verify_prints_no_alembic_info_lines(workdir: Path) -> None:
     assert "Context impl" not in proc.stderr and "INFO" not in proc.stderr
 
 
+# runs the example in a subprocess; quick loop: test_a_closed_pipe_is_one_line_and_exit_2
+@pytest.mark.slow
 def test_hotspots_example_creates_the_heatmaps_directory(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
     root = Path(__file__).resolve().parent.parent

@@ -255,6 +255,8 @@ def test_csv_export(tmp_path: Path) -> None:
 # --- the simulator's predicted rows as a source ---------------------------------------------
 
 
+# simulates a scenario end to end; quick loop: test_seed_scenarios_from_rows
+@pytest.mark.slow
 def test_simulator_rows_are_diagnosed_like_production(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.syspath_prepend(str(Path(__file__).resolve().parent.parent / "examples"))
     import hotspots as h

@@ -160,6 +160,8 @@ def seed_export(name: str, path: Path) -> Path:
     return path
 
 
+# a project per seed scenario; quick loop: test_each_pattern_becomes_its_revision
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(SEEDS))
 def test_seed_scenarios_get_their_fix(tmp_path: Path, name: str) -> None:
     model, _, _, kind = SEEDS[name]
@@ -327,6 +329,8 @@ def test_a_name_spanner_refuses_is_refused_not_written(tmp_path: Path) -> None:
 # --- the command line ------------------------------------------------------------------------
 
 
+# CLI journey; quick loop: test_each_pattern_becomes_its_revision
+@pytest.mark.slow
 def test_cli_fix_writes_prints_and_keeps_the_contract(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

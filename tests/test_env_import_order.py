@@ -227,6 +227,9 @@ def tables_and_version(url: str) -> tuple[set[str], list[str]]:
 CLI = ["-m", "alembic", "upgrade", "head"]
 
 
+# an alembic upgrade subprocess per env.py; quick loop:
+# test_engine_made_before_alembic_is_imported
+@pytest.mark.slow
 @pytest.mark.parametrize("env_kind", list(ENVS))
 def test_alembic_upgrade_with_an_env_py_that_never_imports_the_library(
     env_kind: str, tmp_path: Path, spanner_emulator: Any

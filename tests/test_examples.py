@@ -29,6 +29,8 @@ def test_activity_log_on_sqlite(capsys: pytest.CaptureFixture[str]) -> None:
     assert "checked 400 rows: 0 with a shard that disagrees" in out
 
 
+# the example end to end; quick loop: test_activity_log_on_sqlite
+@pytest.mark.slow
 def test_activity_log_on_the_emulator(
     spanner_emulator: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -85,6 +85,8 @@ def project(tmp_path: Path, spanner_emulator: Any) -> Any:
     engine.dispose()
 
 
+# adoption journey; quick loop: test_not_null_of_an_indexed_column_is_refused_at_autogenerate
+@pytest.mark.slow
 def test_first_shard_column_expand_then_contract_online(project: Any) -> None:
     proj, engine = project
     md, _ = models("plain")

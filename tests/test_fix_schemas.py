@@ -317,6 +317,9 @@ def _fix_argv(tmp_path: Path, ini: Path) -> list[str]:
     return [*argv, "--fix", "--alembic-ini", str(ini)]
 
 
+# CLI journey; quick loop:
+# test_a_schema_the_revisions_cannot_carry_is_refused_with_the_manual_path
+@pytest.mark.slow
 def test_fix_run_twice_says_the_first_revisions_are_pending(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

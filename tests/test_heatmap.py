@@ -66,6 +66,8 @@ def test_the_time_axis_ends_with_the_workload(tmp_path: Path) -> None:
     assert panel.time_edges()[-1] == 95.0
 
 
+# simulates a scenario end to end; quick loop: test_panels_share_one_scale_and_a_colour_bar
+@pytest.mark.slow
 def test_doctor_says_simulated_for_the_simulators_rows() -> None:
     workload = Workload(rows_per_second=5000, duration=300, users_per_tenant=1000)
     run = simulate({"hot": Hot}, workload, Instance(nodes=4), progress_mode="off").results[0]

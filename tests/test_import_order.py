@@ -125,6 +125,9 @@ print(json.dumps({"dialect": type(engine.dialect).__module__, "key": [list(r) fo
 """
 
 
+# a subprocess per import order; quick loop: test_on_sqlite_an_engine_made_first_gets_the_library,
+# test_a_stock_dialect_renders_a_descending_key_as_ours_does
+@pytest.mark.slow
 @pytest.mark.emulator
 @pytest.mark.parametrize("order", list(ORDERS))
 def test_a_descending_key_is_created_descending_in_any_order(
@@ -205,6 +208,9 @@ print(json.dumps(out))
 REFUSED_STEPS = ["create_all", "core_insert", "core_update", "orm_insert", "sharded_read"]
 
 
+# a subprocess per import order; quick loop: test_on_sqlite_an_engine_made_first_gets_the_library,
+# test_a_stock_dialect_refuses_what_needs_ours
+@pytest.mark.slow
 @pytest.mark.emulator
 @pytest.mark.parametrize("order", list(ORDERS))
 def test_a_sharded_table_on_a_stock_engine_is_refused_before_anything_is_sent(

@@ -86,6 +86,8 @@ def test_key_reshard_copy_is_resumable_and_complete(spanner_engine: sa.Engine) -
     assert len(found) == 1200 and len(one) == 1
 
 
+# resharding journey; quick loop: test_key_reshard_copy_is_resumable_and_complete
+@pytest.mark.slow
 def test_copy_resumes_from_its_saved_cursor_and_prunes(spanner_engine: sa.Engine) -> None:
     """With a cursor table the cursor is committed with each batch: a run stopped after a
     batch resumes after it; ``prune`` deletes copied rows the old table no longer has; a
@@ -181,6 +183,8 @@ def test_the_docs_section_runs_as_written(spanner_engine: sa.Engine) -> None:
     assert "Events" not in sa.inspect(spanner_engine).get_table_names()
 
 
+# resharding journey; quick loop: test_key_reshard_copy_is_resumable_and_complete
+@pytest.mark.slow
 def test_external_copy_only_checks_and_offline_mode(spanner_engine: sa.Engine) -> None:
     assert key_reshard.PROGRESS_ATTRIBUTE == ops.PROGRESS_ATTRIBUTE  # one callback for both
     _old_rows(spanner_engine)

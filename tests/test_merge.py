@@ -171,6 +171,8 @@ def test_the_probe_is_exact_whatever_the_skew(
     eng.dispose()
 
 
+# quick loop: test_the_probe_is_exact_whatever_the_skew, test_many_shards_on_the_emulator
+@pytest.mark.slow
 @pytest.mark.emulator
 def test_the_probe_on_the_emulator(spanner_engine: sa.Engine) -> None:
     """One statement for shards of similar rates; under skew a second statement finishes,
@@ -401,6 +403,8 @@ def _wide_model() -> Any:
 Wide64 = _wide_model()
 
 
+# 64 shards x 60 columns; quick loop: test_many_shards_on_the_emulator
+@pytest.mark.slow
 @pytest.mark.emulator
 def test_a_wide_statement_at_64_shards_stays_under_sqlparses_token_limit(
     spanner_engine: sa.Engine,

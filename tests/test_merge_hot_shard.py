@@ -61,6 +61,8 @@ def layout(name: str) -> list[dict[str, Any]]:
 LAYOUTS = ["one shard", "hot and newer", "two rows in a shard"]
 
 
+# every plan x 3 layouts; quick loop: test_the_statement_reads_on_with_no_bound
+@pytest.mark.slow
 @pytest.mark.parametrize("name", LAYOUTS)
 def test_fewer_keys_than_k_bound_nothing(engine: sa.Engine, name: str) -> None:
     """Every plan of the cost rule, through a Connection and a Session, and a page walk:

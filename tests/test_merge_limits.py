@@ -217,6 +217,8 @@ def test_an_in_list_of_480_values_under_every_plan(spanner: sa.Engine) -> None:
         assert max(sent.params) <= spanner_limits.SPANNER_PARAMETERS
 
 
+# quick loop: test_a_statement_over_sqlite_s_parameters_is_refused_before_it_runs
+@pytest.mark.slow
 @pytest.mark.emulator
 def test_a_read_over_spanner_s_parameters_says_what_to_do(spanner: sa.Engine) -> None:
     ids = list(range(0, 1890, 2))  # 945 values: the statement runs, a page's does not fit

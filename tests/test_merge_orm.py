@@ -237,6 +237,8 @@ def test_item3_the_database_orders_enum_and_nocase_columns(session: Session) -> 
     assert pages == truth  # was: rows repeated and skipped
 
 
+# a subprocess; quick loop: test_item1_loader_and_execution_options
+@pytest.mark.slow
 def test_item4_a_cursor_from_another_process_is_accepted(
     session: Session, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
@@ -430,6 +432,8 @@ def sqlite_engine() -> Iterator[sa.Engine]:
 FIXTURE_OK = [HealthCheck.function_scoped_fixture]
 
 
+# 200 drawn examples; quick loop: test_orm_oracle_on_the_emulator
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None, suppress_health_check=FIXTURE_OK)
 @given(ex=examples(max_rows=30, max_limit=25))
 def test_orm_oracle_on_sqlite(sqlite_engine: sa.Engine, ex: dict[str, Any]) -> None:

@@ -293,6 +293,9 @@ def test_refused_or_the_unsharded_answer_on_sqlite(
         conn.rollback()
 
 
+# 20 drawn examples on the emulator; quick loop: test_refused_or_the_unsharded_answer_on_sqlite,
+# test_nulls_placed_as_the_index_keeps_them_and_labels_are_accepted
+@pytest.mark.slow
 @pytest.mark.emulator
 @settings(max_examples=20, deadline=None, suppress_health_check=FIXTURE_OK)
 @given(ex=examples(max_rows=10))

@@ -163,6 +163,8 @@ def test_the_first_page_after_a_write(engine: sa.Engine) -> None:
         assert second.rows == answer(c, 160)[80:]
 
 
+# 30 drawn examples; quick loop: test_a_write_between_the_statements_is_read_again
+@pytest.mark.slow
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     k=st.sampled_from([70, 80, 95, 120, 200]),
@@ -212,6 +214,8 @@ def test_any_write_between_the_statements(
     eng.dispose()
 
 
+# the one emulator case; quick loop: test_a_write_between_the_statements_is_read_again (SQLite)
+@pytest.mark.slow
 @pytest.mark.emulator
 @pytest.mark.filterwarnings("ignore:This method is non-operational:UserWarning")  # its close
 def test_autocommit_on_the_emulator(spanner_engine: sa.Engine) -> None:

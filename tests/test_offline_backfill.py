@@ -57,6 +57,8 @@ def _version(engine: sa.Engine) -> str | None:
         return c.exec_driver_sql("SELECT version_num FROM alembic_version").scalar()
 
 
+# resharding journey; quick loop: test_offline_farm_fingerprint_reshard_fills_every_row
+@pytest.mark.slow
 @pytest.mark.parametrize("nullable", [True, False])
 def test_offline_crc32_reshard_stops_where_rows_are_unfilled(
     tmp_path: Path, spanner_emulator: Any, nullable: bool

@@ -239,6 +239,8 @@ INTERVAL = 0.3
 PAUSE = 1.2
 
 
+# alembic upgrade journey; quick loop: test_a_slow_batch_still_gets_a_line_every_interval
+@pytest.mark.slow
 def test_backfill_in_alembic_upgrade_reports_on_time_sqlite(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'app.db'}"
     write_project(tmp_path, url, PAUSE)
@@ -247,6 +249,8 @@ def test_backfill_in_alembic_upgrade_reports_on_time_sqlite(tmp_path: Path) -> N
     check_gaps(lines, INTERVAL, PAUSE)
 
 
+# alembic upgrade journey; quick loop: test_a_slow_batch_still_gets_a_line_every_interval
+@pytest.mark.slow
 def test_backfill_in_alembic_upgrade_reports_on_time_emulator(
     tmp_path: Path, spanner_emulator: Any, spanner_faults: Any
 ) -> None:

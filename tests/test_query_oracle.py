@@ -263,6 +263,8 @@ def sqlite_engine() -> Iterator[sa.Engine]:
 FIXTURE_OK = [HealthCheck.function_scoped_fixture]
 
 
+# 300 drawn examples; quick loop: test_oracle_on_the_emulator, test_entities_through_a_session
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None, suppress_health_check=FIXTURE_OK)
 @given(ex=examples(max_rows=40, max_limit=45, min_page=1))
 def test_oracle_on_sqlite(sqlite_engine: sa.Engine, ex: dict[str, Any]) -> None:

@@ -239,6 +239,8 @@ def session(filled: sa.Engine) -> Iterator[Session]:
 # ----------------------------------------------------------------------------- class 1
 
 
+# 5 loaders x 2 walks; quick loop: test_mapper_level_chain_and_options_over_it
+@pytest.mark.slow
 @pytest.mark.parametrize("lazy", ["joined", "subquery", "selectin", "immediate", "raise"])
 def test_mapper_level_eager_load_of_a_many_to_one(session: Session, lazy: str) -> None:
     """relationship(lazy="joined") on the model used to put the eager alias's key in the
@@ -249,6 +251,9 @@ def test_mapper_level_eager_load_of_a_many_to_one(session: Session, lazy: str) -
     check(session, ev, k=150, size=40)
 
 
+# 5 loaders x every plan; quick loop: test_mapper_level_chain_and_options_over_it,
+# test_eager_oracle_on_sqlite
+@pytest.mark.slow
 @pytest.mark.parametrize("lazy", ["joined", "subquery", "selectin", "noload", "dynamic"])
 def test_mapper_level_eager_load_of_a_collection(session: Session, lazy: str) -> None:
     """A joined collection on the mapper gave one item for merged(k=10)."""

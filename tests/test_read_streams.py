@@ -140,6 +140,9 @@ def test_every_read_is_whole_through_resume_tokens(
     assert proxy.pending == 0  # the cut happened, and the read resumed past it
 
 
+# 12 fault cases; quick loop: test_every_read_is_whole_through_resume_tokens,
+# test_our_fetches_raise_what_ended_the_stream
+@pytest.mark.slow
 @pytest.mark.emulator
 @pytest.mark.parametrize("fault", ["silent", "cut for good"])
 @pytest.mark.parametrize("read", READS)

@@ -111,6 +111,10 @@ def random_rows(seed: int, n: int) -> list[dict[str, object]]:
     return out
 
 
+# 1,000 rows x 9 generated columns; quick loop:
+# test_uuid_sources_stored_shard_equals_client_compute[spanner],
+# test_generated_column_ddl_and_information_schema
+@pytest.mark.slow
 @pytest.mark.emulator
 def test_generated_columns_equal_compute_shard(spanner_engine: sa.Engine) -> None:
     Base.metadata.create_all(spanner_engine)

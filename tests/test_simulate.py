@@ -311,6 +311,9 @@ def test_cli_simulate_heatmap(sim_models: Path, capsys: pytest.CaptureFixture[st
 # --- what Spanner's split statistics would show -----------------------------------------------
 
 
+# simulates 180 s at 4,000 rows/s; quick loop:
+# test_timestamp_first_key_sends_every_write_to_one_split_and_sharding_spreads
+@pytest.mark.slow
 def test_hot_split_rows_in_the_statistics_shape() -> None:
     workload = Workload(rows_per_second=4000, duration=180)
     comparison = simulate({"ts": TsFirstDesc, "sharded": ShardFirst}, workload, Instance(nodes=4))

@@ -124,6 +124,9 @@ def test_missing_emulator_skips_with_reason(pytester: pytest.Pytester, no_emulat
     )
 
 
+# 3 pytest subprocesses; quick loop: test_missing_emulator_skips_with_reason,
+# test_unreachable_emulator_host_errors_instead_of_skipping
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["CI=true", "CI=1", "--require-emulator"])
 def test_missing_emulator_fails_when_required(
     pytester: pytest.Pytester, no_emulator: None, monkeypatch: pytest.MonkeyPatch, how: str

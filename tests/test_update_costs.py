@@ -118,6 +118,9 @@ def _rows(n: int) -> list[dict[str, Any]]:
     return [{"id": i, "tenant": f"t{i % 7}", "ts": T0 + dt.timedelta(seconds=i)} for i in range(n)]
 
 
+# 10,050 rows on SQLite; quick loop: test_every_flush_of_a_session_writes_its_shards_back,
+# test_two_shards_of_one_table_follow_one_changed_source
+@pytest.mark.slow
 def test_changing_one_source_reads_the_others_once_per_batch(engine: sa.Engine) -> None:
     """Plain's UPDATE plus one SELECT per batch of rows, whatever the rows; each object and
     row gets the shard of what the row stores (here a tenant another writer changed after

@@ -255,6 +255,8 @@ def _limit_of(engine: sa.Engine) -> int:
 @pytest.mark.parametrize("n", [1, 2, 3])
 # 10 x: test_stored_rows_read_ten_times_the_limit (one flush of 2,500+ UPDATEs outlasts the
 # emulator's batch DML stream)
+# 18 flushes past the limits; quick loop: test_a_flush_of_many_rows_reaches_the_successor
+@pytest.mark.slow
 @pytest.mark.parametrize("step", STEPS[:3])
 def test_a_flush_changing_one_source_of_many_rows(
     engine: sa.Engine, sent: Sent, n: int, step: Any
@@ -305,6 +307,8 @@ def test_stored_rows_read_ten_times_the_limit(engine: sa.Engine, sent: Sent, n: 
         assert set(reads) == {n} and len(reads) == -(-rows // StoredRowsBatch)
 
 
+# quick loop: test_an_update_matching_many_rows_reaches_the_successor
+@pytest.mark.slow
 @pytest.mark.parametrize("n", [1, 2, 3])
 def test_bulk_update_mappings_changing_one_source_past_the_limit(engine: sa.Engine, n: int) -> None:
     rows = _stored_limit(n) + 1

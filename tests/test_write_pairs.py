@@ -643,6 +643,8 @@ def test_named_examples_on_spanner(spanner: SpannerBackend, part: dict[str, Any]
     assert out.startswith(expect), out
 
 
+# drawn pairs on the emulator; quick loop: test_named_examples_on_spanner, test_write_pair_oracle
+@pytest.mark.slow
 @pytest.mark.emulator
 @settings(max_examples=8, deadline=None, suppress_health_check=list(HealthCheck))
 @given(example("spanner"))
