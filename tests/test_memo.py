@@ -235,3 +235,37 @@ def test_a_hot_databases_namespace_outlives_a_flood_of_databases(
     nameless = SimpleNamespace(dialect=dialect, url=sa.make_url("sqlite://"))
     assert skew.database_of(nameless) is None and skew.database_of(nameless) is None
     assert asked.count("sqlite://") == 1  # no namespace: None, and remembered as None
+
+
+def test_no_cache_clears_itself_when_full() -> None:
+    """One eviction policy (issue 45): no module empties a cache because it is full
+    (``if len(cache) >= N: cache.clear()``); bounded caches are ``Memo``s."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    found = []
+    for package in ("sharded_orm", "alembic_ext"):
+        for path in (root / package).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if not (isinstance(node, ast.If) and isinstance(node.test, ast.Compare)):
+                    continue
+                left = node.test.left
+                if not (
+                    isinstance(left, ast.Call)
+                    and isinstance(left.func, ast.Name)
+                    and left.func.id == "len"
+                    and left.args
+                ):
+                    continue
+                sized = ast.unparse(left.args[0])
+                for stmt in node.body:
+                    call = stmt.value if isinstance(stmt, ast.Expr) else None
+                    if (
+                        isinstance(call, ast.Call)
+                        and isinstance(call.func, ast.Attribute)
+                        and call.func.attr == "clear"
+                        and ast.unparse(call.func.value) == sized
+                    ):
+                        found.append(f"{path.relative_to(root)}:{node.lineno} {sized}")
+    assert not found, f"caches emptied when full (use sharded_orm.memo.Memo): {found}"

@@ -36,6 +36,7 @@ from sqlalchemy import Enum
 
 from sharded_orm.checks import check_seconds
 from sharded_orm.errors import ShardingError, ShardTypeError
+from sharded_orm.memo import Memo
 from sharded_orm.read.order import EnumName
 from sharded_orm.read.plan import plan_of
 from sharded_orm.schema.value_codec import decode_value, encode_value
@@ -205,8 +206,7 @@ def value_fits(col: Any, value: Any) -> bool:
     return isinstance(value, want) if isinstance(want, type) else True
 
 
-_SQL_DIGESTS: dict[Any, str] = {}  # statement cache key -> digest of its SQL
-_MAX_DIGESTS = 2048
+_SQL_DIGESTS: Memo[Any, str] = Memo("read.sql_digests", 2048)  # cache key -> digest of its SQL
 
 
 def _canonical(v: Any) -> Any:
@@ -231,9 +231,7 @@ def _sql_digest(stmt: Any, key: Any) -> str:
     digest = _SQL_DIGESTS.get(key)
     if digest is None:
         digest = hashlib.sha256(str(_compiled(stmt)).encode()).hexdigest()
-        if len(_SQL_DIGESTS) >= _MAX_DIGESTS:
-            _SQL_DIGESTS.clear()
-        _SQL_DIGESTS[key] = digest
+        _SQL_DIGESTS.put(key, digest)
     return digest
 
 

@@ -13,6 +13,7 @@ from sqlalchemy.orm import lazyload
 from sqlalchemy.sql import selectable
 
 from sharded_orm.errors import ShardConfigError
+from sharded_orm.memo import Memo
 
 
 def _holds(frm: Any, table: Any) -> bool:
@@ -157,8 +158,7 @@ def without_options(stmt: Any) -> Any:
 
 #: eager_filter by statement (SQLAlchemy's cache key): (the condition,) where it holds
 #: no bound value
-_EAGER: dict[Any, tuple[Any]] = {}
-_EAGER_KEPT = 512
+_EAGER: Memo[Any, tuple[Any]] = Memo("read.eager_joins", 512)
 
 
 def eager_filter(stmt: Any) -> Any:
@@ -201,9 +201,7 @@ def eager_filter(stmt: Any) -> Any:
     # the ON clause): the statement's key is the same for other values
     held = None if cond is None else cond._generate_cache_key()
     if key is not None and (cond is None or (held is not None and not held.bindparams)):
-        if len(_EAGER) >= _EAGER_KEPT:
-            _EAGER.clear()
-        _EAGER[key.key] = (cond,)
+        _EAGER.put(key.key, (cond,))
     return cond
 
 

@@ -44,6 +44,7 @@ from sqlalchemy.sql.selectable import Join
 from sqlalchemy.sql.visitors import InternalTraversal
 
 from sharded_orm.errors import ShardConfigError, UnsupportedOnDialectError
+from sharded_orm.memo import Memo
 from sharded_orm.read.criteria import boolean_equalities, null_pins
 from sharded_orm.read.joins import check_joins, proven_key, without_options
 from sharded_orm.read.plan import ShardPlan, ShardPredicate, plan_of
@@ -86,8 +87,7 @@ def tables_of(frm: Any) -> list[Any]:
 
 
 #: final_froms by statement shape (SQLAlchemy's cache key), for FROMs that are all tables
-_FROMS: dict[Any, list[Any]] = {}
-_FROMS_KEPT = 512
+_FROMS: Memo[Any, list[Any]] = Memo("read.final_froms", 512)
 
 
 def final_froms(stmt: Any) -> list[Any]:
@@ -116,9 +116,7 @@ def froms_and_key(stmt: Any) -> tuple[list[Any], Any]:
             check_joins(plain(frm), plan.table)
     froms = [t for frm in finals for t in tables_of(frm)]
     if key is not None and all(isinstance(t, Table) for t in froms):
-        if len(_FROMS) >= _FROMS_KEPT:
-            _FROMS.clear()
-        _FROMS[key.key] = froms
+        _FROMS.put(key.key, froms)
     return list(froms), key
 
 

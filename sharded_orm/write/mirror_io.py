@@ -12,6 +12,7 @@ from sqlalchemy.engine import Connection
 
 from sharded_orm.errors import UnsupportedOnDialectError
 from sharded_orm.limits import SPANNER_PARAMETERS, compiled_parameters, rows_per_statement
+from sharded_orm.memo import Memo
 from sharded_orm.spanner import is_spanner
 from sharded_orm.write.mirror_rules import MIRROR_OK
 from sharded_orm.write.rows import RowShards
@@ -167,7 +168,7 @@ def _copy_spanner(conn: Connection, mp: MirrorPlan, rows: list[dict[str, Any]]) 
         conn.execute(stmt.values(new_rows[i : i + per]))
 
 
-_per_copy: weakref.WeakKeyDictionary[sa.Table, dict[tuple[Any, ...], int]] = (
+_per_copy: weakref.WeakKeyDictionary[sa.Table, Memo[tuple[Any, ...], int]] = (
     weakref.WeakKeyDictionary()
 )
 
@@ -185,7 +186,9 @@ def copy_rows_per_statement(
         return 1
     widest = max(rows, key=len)
     shape = (conn.dialect.name, len(mp.new.c), limit, tuple(widest))
-    known = _per_copy.setdefault(mp.new, {})
+    known = _per_copy.get(mp.new)
+    if known is None:
+        known = _per_copy[mp.new] = Memo("write.copy_rows_per_statement", 64)
     hit = known.get(shape)
     if hit is not None:
         return hit
@@ -205,9 +208,7 @@ def copy_rows_per_statement(
         for n in (1, 2)
     )
     per = rows_per_statement(one, two, limit)
-    if len(known) > 64:
-        known.clear()
-    known[shape] = per
+    known.put(shape, per)
     return per
 
 
