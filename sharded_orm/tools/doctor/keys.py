@@ -2,7 +2,8 @@
 
 Format (Spanner, "Split statistics", *Split start and split limit keys*): ``<begin>`` and
 ``<end>`` bound the database's key space; any other key is ``Name(part, part, ...)``
-where ``Name`` is a table or an index and the parts are its key in order. A key may be
+where ``Name`` is a table or an index (``schema.Name`` in a named schema) and the parts
+are its key in order. A key may be
 truncated (``Users()`` precedes every ``Users`` row; ``Threads(10)`` every thread of user
 10). An interleaved child is named by itself with its full key (``Messages(3,"a",1)``).
 The documentation shows INT64 parts bare and STRING parts in double quotes; it shows no
@@ -30,7 +31,8 @@ from sharded_orm.tools.lint import index_parts
 from sharded_orm.tools.simulate import guess_role
 
 BEGIN, END = "<begin>", "<end>"
-_NAME = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_$]*)\s*\(")
+#: a key space's name: ``Table``, or ``schema.Table`` for a table of a named schema
+_NAME = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_$]*(?:\.[A-Za-z_][A-Za-z0-9_$]*)?)\s*\(")
 _BARE = re.compile(r"\s*([^,()\"\s][^,()\"]*?)\s*(?=[,)])")
 _STRING = re.compile(r'\s*(b?)("(?:[^"\\]|\\.)*")\s*')
 
@@ -145,10 +147,13 @@ class Catalog:
         self.tables: dict[str, Table] = {}
         self.indexes: dict[str, Index] = {}
         for t in metadata.tables.values():
-            self.tables[t.name] = t
+            # Spanner names a named schema's tables and indexes ``schema.Name``; a bare
+            # name is the default schema's, never another schema's table of that name
+            prefix = f"{t.schema}." if t.schema else ""
+            self.tables[prefix + t.name] = t
             for ix in t.indexes:
                 if ix.name:
-                    self.indexes[str(ix.name)] = ix
+                    self.indexes[prefix + str(ix.name)] = ix
 
     def columns_of(self, name: str) -> tuple[str, list[tuple[Column[Any], bool]], Table] | None:
         """(kind, key columns in order with their DESC flag, table) of a key space."""
