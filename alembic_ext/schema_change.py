@@ -135,8 +135,10 @@ def apply_ddl(database: Any, statements: list[str], *, timeout: float, call_time
     ``timeout``."""
     from google.api_core import exceptions as api
 
+    from sharded_orm.spanner.mutations import admin_api
+
     # Database.update_ddl sends through this stub without a timeout: we send with ours
-    admin = database._instance._client.database_admin_api
+    admin = admin_api(database)
     metadata = [("google-cloud-resource-prefix", database.name)]
     whole = Deadline.after(timeout, "the ddl_timeout")
     # silence: renewed at each answer of Spanner's

@@ -64,3 +64,46 @@ def test_a_pool_the_app_passes_outlives_the_connections_made_on_it(spanner_engin
     finally:
         engine.dispose()
     assert cleared == []
+
+
+#: google-cloud-spanner's private names the library relies on (docs/upstream.md)
+UPSTREAM_PRIVATE = {
+    "_instance",
+    "_client",
+    "_mutations",
+    "_multiplexed_session",
+    "_multiplexed_session_lock",
+    "_build_multiplexed_session",
+    "_transaction_helper",
+    "_spanner_transaction_started",
+    "_client_transaction_started",
+    "_own_pool",
+    "_batch_dml_rows_count",
+}
+
+
+def test_upstream_private_names_are_reached_only_in_the_spanner_package() -> None:
+    """One place holds every reach into the Spanner client's internals: sharded_orm/spanner/
+    (an object's own attributes of the same name, ``self._client``, are not upstream's)."""
+    import ast
+
+    outside = []
+    for package in ("sharded_orm", "alembic_ext"):
+        for path in (ROOT / package).rglob("*.py"):
+            rel = path.relative_to(ROOT).as_posix()
+            if rel.startswith("sharded_orm/spanner/"):
+                continue
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if (
+                    isinstance(node, ast.Attribute)
+                    and node.attr in UPSTREAM_PRIVATE
+                    and not (isinstance(node.value, ast.Name) and node.value.id == "self")
+                ):
+                    outside.append(f"{rel}:{node.lineno} .{node.attr}")
+    assert not outside, f"upstream internals reached outside sharded_orm/spanner/: {outside}"
+
+
+def test_every_private_name_the_rule_knows_is_in_the_page() -> None:
+    text = DOC.read_text(encoding="utf-8")
+    missing = [n for n in sorted(UPSTREAM_PRIVATE) if n not in text]
+    assert not missing, f"docs/upstream.md does not name {missing}"

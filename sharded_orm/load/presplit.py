@@ -236,12 +236,12 @@ def presplit(
 
     from google.protobuf import timestamp_pb2
 
-    from sharded_orm.spanner.mutations import database_of
+    from sharded_orm.spanner.mutations import admin_api, database_of
 
     expire_time = timestamp_pb2.Timestamp()
     expire_time.FromDatetime(dt.datetime.now(dt.timezone.utc) + expire_after)
     database = database_of(engine)
-    api = database._instance._client.database_admin_api  # the client's own admin stub
+    api = admin_api(database)
     from google.cloud.spanner_admin_database_v1.types import AddSplitPointsRequest
 
     fixed = AddSplitPointsRequest.pb(

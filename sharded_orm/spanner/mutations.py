@@ -49,6 +49,13 @@ def database_of(bind: Any) -> Any:
             raw.close()
 
 
+def admin_api(database: Any) -> Any:
+    """The database admin stub of ``database``'s client, to send schema changes and split
+    points with our timeout: ``Database.update_ddl`` takes none and ``AddSplitPoints`` has
+    no ``Database`` method (docs/upstream.md, U9). The one place that reaches for it."""
+    return database._instance._client.database_admin_api
+
+
 def dialect_of(bind: Any) -> sa.Dialect:
     """The bind's dialect, or sharded-orm's Spanner dialect for a bare ``Database``."""
     dialect = getattr(bind, "dialect", None)
