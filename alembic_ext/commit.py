@@ -32,8 +32,9 @@ from sqlalchemy import event
 
 from sharded_orm.errors import ShardConfigError
 from sharded_orm.retry import DEFAULTS, error_chain
-from sharded_orm.spanner.commits import CommitTimeout, finished_within
+from sharded_orm.spanner.commits import CommitTimeout
 from sharded_orm.spanner.commits import commit_within as _bounded_commit
+from sharded_orm.spanner.deadlines import finished_within
 
 from .errors import MigrationError
 from .schema_change import Backoff

@@ -2,14 +2,14 @@
 
 sqlalchemy-spanner's README tells apps to define an impl in env.py (``class
 SpannerImpl(DefaultImpl): __dialect__ = "spanner+spanner"``). Such an app's impl is
-honoured, whichever is defined first (``alembic_ext.impl`` does not register ours over
-it, and Alembic keeps the last one defined): plain migrations run as they did. What of
-ours needs our impl (its DDL batching, reflection and comparisons) refuses, saying why
-and what to do, when it is used on Spanner: the autogenerate plugin and our operations
-(``op.backfill_shard``, ``op.alter_index_storing``, ``op.copy_table_rows``,
-``op.retire_table``, ``op.verify_tables``). An engine on the stock dialect class is
-refused the same way (``sharded_orm.spanner.stock``). Elsewhere (SQLite, PostgreSQL)
-nothing is checked: Alembic's own impls are the right ones there.
+honoured, whichever is defined first (``sharded_orm.spanner.alembic_impl`` does not
+register ours over it, and Alembic keeps the last one defined): plain migrations run as
+they did. What of ours needs our impl (its DDL batching, reflection and comparisons)
+refuses, saying why and what to do, when it is used on Spanner: the autogenerate plugin
+and our operations (``op.backfill_shard``, ``op.alter_index_storing``,
+``op.copy_table_rows``, ``op.retire_table``, ``op.verify_tables``). An engine on the
+stock dialect class is refused the same way (``sharded_orm.spanner.stock``). Elsewhere
+(SQLite, PostgreSQL) nothing is checked: Alembic's own impls are the right ones there.
 """
 
 from __future__ import annotations
@@ -23,21 +23,6 @@ from .errors import MigrationError
 
 #: class attribute of alembic_ext.SpannerImpl (and its subclasses)
 MARK = "sharded_orm_impl"
-
-
-class _Named:
-    name = "spanner+spanner"
-
-
-def app_impl() -> type[Any] | None:
-    """The impl Alembic has for spanner+spanner, if any: before ours is defined, the app's
-    own (``alembic_ext.impl`` then does not register ours over it)."""
-    from alembic.ddl.impl import DefaultImpl
-
-    try:
-        return DefaultImpl.get_by_dialect(_Named())  # type: ignore[arg-type]
-    except KeyError:
-        return None
 
 
 def require_our_impl(migration_context: Any, what: str) -> None:

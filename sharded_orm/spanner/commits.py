@@ -33,7 +33,6 @@ __all__ = [
     "CommitTimeout",
     "check_commit_timeout",
     "commit_within",
-    "finished_within",
     "is_abandoned",
 ]
 
