@@ -188,8 +188,9 @@ REFUSED: dict[str, tuple[str, list[dict[str, Any]], str, tuple[str, ...]]] = {
     ),
     "named schema": (
         "Audit",
-        _growing("AuditLogs"),
-        "AuditLogs",
+        # Spanner names a named schema's key spaces schema.Name in its split keys
+        _growing("audit.AuditLogs"),
+        "audit.AuditLogs",
         ("audit.AuditLogs is in the named schema audit", "schema='audit'"),
     ),
     "index over a nullable timestamp": (
@@ -294,7 +295,9 @@ def test_each_unsupported_shape_is_refused_for_any_names(
         **table_kw,
     )
     key = '"p",{}' if index_kw else '{},"x"'
-    rows = [row(m, f"{index}({key.format(ts(m))})", "<end>") for m in range(6)]
+    # a named schema's index is named s1.Index in Spanner's split keys
+    space = f"s1.{index}" if table_kw else index
+    rows = [row(m, f"{space}({key.format(ts(m))})", "<end>") for m in range(6)]
     report = fix(doctor(rows, B.metadata), B.metadata)
     assert not report.changes and not report.revisions
     [refusal] = report.refusals
