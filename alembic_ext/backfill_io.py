@@ -23,10 +23,10 @@ from sharded_orm.limits import (
     row_mutations,
 )
 from sharded_orm.load.copy import column_value, read_api_value
-from sharded_orm.load.pdml import list_value
 from sharded_orm.read.order import after_condition, at_or_before_condition
 from sharded_orm.retry import Deadline, RetryPolicy, retry_call
 from sharded_orm.spanner.mutations import database_of
+from sharded_orm.spanner.pdml import list_value
 
 #: Each batch: up to 8 attempts within 120 s (sharded_orm.retry's defaults).
 BATCH_POLICY = RetryPolicy()

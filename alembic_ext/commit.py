@@ -18,7 +18,6 @@ wait logged to ``alembic.sharded_orm``.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import logging
 import re
@@ -31,7 +30,8 @@ import sqlalchemy as sa
 from sqlalchemy import event
 
 from sharded_orm.errors import ShardConfigError
-from sharded_orm.retry import DEFAULTS, error_chain
+from sharded_orm.retry import DEFAULTS
+from sharded_orm.spanner import mutations
 from sharded_orm.spanner.commits import CommitTimeout
 from sharded_orm.spanner.commits import commit_within as _bounded_commit
 from sharded_orm.spanner.deadlines import finished_within
@@ -84,9 +84,7 @@ def one_line(exc: BaseException) -> str:
 def is_aborted(exc: BaseException) -> bool:
     """True when Spanner aborted the transaction (ABORTED, anywhere in the error chain):
     a new attempt may succeed. Nothing else is retried."""
-    from google.api_core import exceptions as api
-
-    return any(isinstance(e, api.Aborted) for e in error_chain(exc))
+    return mutations.is_aborted(exc)
 
 
 def commit_within(
@@ -156,7 +154,7 @@ def run_alone(
 
         def attempt(result: list[T] = result) -> None:
             # timeout_secs=0: one attempt; the client's own retry (2**n s waits) is ours
-            result.append(database.run_in_transaction(tracked, timeout_secs=0))
+            result.append(mutations.transaction_once(database, tracked))
 
         try:
             done = finished_within(attempt, max(0.001, end - time.monotonic()))
@@ -196,8 +194,7 @@ def run_alone(
 
 def _roll_back(transactions: list[Any]) -> None:
     for transaction in transactions:
-        with contextlib.suppress(Exception):  # already gone on the server: nothing to end
-            transaction.rollback()
+        mutations.roll_back(transaction)
 
 
 def write_revision(
@@ -208,14 +205,11 @@ def write_revision(
     quoted names) in one transaction of its own (:func:`run_alone`): DELETE and INSERT
     commit together, an abort is retried. Alembic's check that exactly one row was
     replaced is made before anything commits. Returns the rows replaced (1)."""
-    from google.cloud.spanner_v1 import param_types
-
-    types = {"v": param_types.STRING}
 
     def write(txn: Any) -> int:
         if from_ is not None:
-            found = txn.execute_update(
-                f"DELETE FROM {table} WHERE {column} = @v", params={"v": from_}, param_types=types
+            found = mutations.update_with_strings(
+                txn, f"DELETE FROM {table} WHERE {column} = @v", {"v": from_}
             )
             if found != 1:  # Alembic's own check (a CommandError), before anything commits
                 change = f"updating {from_!r} to {to_!r}" if to_ else f"deleting {from_!r}"
@@ -224,8 +218,8 @@ def write_revision(
                     f"{version_table!r}; {found} found"
                 )
         if to_ is not None:
-            txn.execute_update(
-                f"INSERT INTO {table} ({column}) VALUES (@v)", params={"v": to_}, param_types=types
+            mutations.update_with_strings(
+                txn, f"INSERT INTO {table} ({column}) VALUES (@v)", {"v": to_}
             )
         return 1
 

@@ -4,9 +4,10 @@
 ``UpdateDatabaseDdl`` under its default hour (retrying DEADLINE_EXCEEDED and UNAVAILABLE
 for an hour more), and api-core polls the long-running operation with ``GetOperation``
 calls of up to 600 s each, retried for 600 s. So a silent server held `alembic upgrade`
-for hours. The client's own admin API (the same stub ``update_ddl`` uses) takes a
-``timeout`` per call, and Spanner's ``operation_id`` makes a re-sent request safe (a
-second one is refused with ALREADY_EXISTS): we send and poll with both.
+for hours. The admin API's calls in :mod:`sharded_orm.spanner.admin` (the same stub
+``update_ddl`` uses) take a :class:`~sharded_orm.retry.Deadline` per call, and Spanner's
+``operation_id`` makes a re-sent request safe (a second one is refused with
+ALREADY_EXISTS): we send and poll with both.
 
 Two limits, both ``alembic.config.Config.attributes``:
 
@@ -30,14 +31,16 @@ what it waited for and how to go on. Every other refusal is raised at once.
 
 from __future__ import annotations
 
+import functools
 import logging
 import random
 import time
 import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from sharded_orm.retry import DEFAULTS, Deadline
+from sharded_orm.spanner import admin
 
 from .errors import MigrationError
 from .steps import PROGRESS_LOGGER
@@ -57,6 +60,7 @@ BUSY_MESSAGES = (
 _FAILED_PRECONDITION = 9
 
 _log = logging.getLogger(PROGRESS_LOGGER)
+T = TypeVar("T")
 
 
 class SchemaChangeTimeout(MigrationError):
@@ -76,9 +80,7 @@ def _busy_message(message: str) -> bool:
 def is_busy_refusal(exc: BaseException) -> bool:
     """True for Spanner's refusal of a schema change while another schema change or a
     read-write transaction is in progress (retried); False for every other error."""
-    from google.api_core import exceptions as api
-
-    return isinstance(exc, api.FailedPrecondition) and _busy_message(str(exc.message))
+    return admin.is_failed_precondition(exc) and _busy_message(str(getattr(exc, "message", "")))
 
 
 class Backoff:
@@ -117,14 +119,6 @@ def ddl_timeouts(attributes: dict[str, Any]) -> dict[str, float]:
     }
 
 
-def _silent(exc: BaseException) -> bool:
-    """No answer (or none usable) from the server: the same call may be made again."""
-    from google.api_core import exceptions as api
-
-    retryable = (api.DeadlineExceeded, api.ServiceUnavailable, api.ResourceExhausted)
-    return isinstance(exc, retryable)
-
-
 def apply_ddl(database: Any, statements: list[str], *, timeout: float, call_timeout: float) -> None:
     """Send ``statements`` as one ``UpdateDatabaseDdl`` and wait until Spanner applied them.
 
@@ -133,13 +127,6 @@ def apply_ddl(database: Any, statements: list[str], *, timeout: float, call_time
     refusal because the database is busy (:func:`is_busy_refusal`) is retried with
     :class:`Backoff` and logged, :class:`SchemaChangeBusy` once the wait would pass
     ``timeout``."""
-    from google.api_core import exceptions as api
-
-    from sharded_orm.spanner.mutations import admin_api
-
-    # Database.update_ddl sends through this stub without a timeout: we send with ours
-    admin = admin_api(database)
-    metadata = [("google-cloud-resource-prefix", database.name)]
     whole = Deadline.after(timeout, "the ddl_timeout")
     # silence: renewed at each answer of Spanner's
     quiet = [Deadline.after(call_timeout, "the ddl_call_timeout")]
@@ -150,8 +137,8 @@ def apply_ddl(database: Any, statements: list[str], *, timeout: float, call_time
     def fail(why: str) -> SchemaChangeTimeout:
         return SchemaChangeTimeout(_message(why, database.name, operation_id, statements))
 
-    def call(rpc: Callable[[float], Any]) -> Any:
-        """``rpc(seconds)`` until answered; silence for ``call_timeout`` is an error."""
+    def call(rpc: Callable[[Deadline], T]) -> T:
+        """``rpc(deadline)`` until answered; silence for ``call_timeout`` is an error."""
         while True:
             if whole.expired:
                 raise fail(f"it was not done within {timeout:g} s (the ddl_timeout)")
@@ -162,9 +149,9 @@ def apply_ddl(database: Any, statements: list[str], *, timeout: float, call_time
                 )
             first = whole.sooner(quiet[0])
             try:
-                answer = rpc(first.call_timeout())
+                answer = rpc(first)
             except Exception as exc:
-                if not _silent(exc):
+                if not admin.is_silence(exc):
                     raise
                 time.sleep(first.cap(0.5))
                 continue
@@ -194,57 +181,26 @@ def apply_ddl(database: Any, statements: list[str], *, timeout: float, call_time
         operation_id = f"sharded_orm_{uuid.uuid4().hex}"
         sent[0] = False
         try:
-            operation = call(_sender(admin, metadata, database.name, statements, operation_id))
+            operation = call(functools.partial(admin.send_ddl, database, statements, operation_id))
         except Exception as exc:
             if not is_busy_refusal(exc):
                 raise
             wait_until_free(str(getattr(exc, "message", exc)))
             continue
         sent[0] = True
-        name = f"{database.name}/operations/{operation_id}"
-
-        def poll(seconds: float, name: str = name) -> Any:
-            return admin.get_operation(
-                request={"name": name}, metadata=metadata, timeout=seconds, retry=None
-            )
-
+        poll = functools.partial(admin.poll_ddl, database, operation_id)
         delay = 0.2
         while operation is None or not operation.done:
             if operation is not None:
                 time.sleep(whole.cap(delay))
                 delay = min(delay * 1.5, 10.0)
             operation = call(poll)
-        code, message = operation.error.code, operation.error.message
-        if code == _FAILED_PRECONDITION and _busy_message(message):
-            wait_until_free(message)
+        if operation.code == _FAILED_PRECONDITION and _busy_message(operation.message):
+            wait_until_free(operation.message)
             continue
-        if code:
-            raise api.from_grpc_status(code, message)  # type: ignore[no-untyped-call]
+        if operation.code:
+            raise admin.operation_error(operation.code, operation.message)
         return
-
-
-def _sender(
-    admin: Any, metadata: list[tuple[str, str]], database: str, statements: list[str],
-    operation_id: str,
-) -> Callable[[float], Any]:  # fmt: skip
-    """The send of one attempt: the operation, or None if an earlier send of the same
-    ``operation_id`` reached Spanner (then it is polled)."""
-    from google.api_core import exceptions as api
-    from google.cloud.spanner_admin_database_v1.types import UpdateDatabaseDdlRequest
-
-    request = UpdateDatabaseDdlRequest(
-        database=database, statements=statements, operation_id=operation_id
-    )
-
-    def send(seconds: float) -> Any:
-        try:
-            return admin.update_database_ddl(
-                request=request, metadata=metadata, timeout=seconds, retry=None
-            ).operation
-        except api.AlreadyExists:  # an earlier attempt reached Spanner: poll it
-            return None
-
-    return send
 
 
 def _busy(

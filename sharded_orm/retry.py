@@ -204,6 +204,8 @@ def _may_retry(outcome: Outcome, idempotent: bool) -> bool:
 #: * ``commit``: one commit (SQLAlchemy's, a migration's, a ``bulk_load`` batch's, Beam's);
 #: * ``partition_read``: one partition of a partitioned read streamed whole (``verify``,
 #:   Beam's reads), restarts of its stream included;
+#: * ``partition_query``: the ``PartitionQuery`` that lists a partitioned read's partitions
+#:   (``verify``), before any partition is read;
 #: * ``schema_change``: one batch of DDL, from sending it to Spanner's "done";
 #: * ``schema_change_call``: Spanner silent while a schema change is awaited;
 #: * ``pdml``: one Partitioned DML statement (a backfill's, or an autocommit write in
@@ -213,6 +215,7 @@ DEFAULTS: Mapping[str, float] = MappingProxyType(
         "statement": 60.0,
         "commit": 60.0,
         "partition_read": 900.0,
+        "partition_query": 120.0,
         "schema_change": 6 * 3600.0,
         "schema_change_call": 60.0,
         "pdml": 60.0,

@@ -5,7 +5,7 @@ caller's deadline (issue 44's leftovers, issue 45's one ``Deadline``).
   DML or an ``executemany``): upstream takes no timeout there (an hour);
 * an autocommit write in the DB-API's ``PARTITIONED_NON_ATOMIC`` mode
   (``Database.execute_partitioned_dml``: BeginTransaction and the stream under the
-  client's own timeouts), and ``load.pdml``'s own Partitioned DML calls;
+  client's own timeouts), and ``spanner.pdml``'s own Partitioned DML calls;
 * the rebuild of the multiplexed session Spanner lost (``CreateSession`` under the
   client's own timeout and retries).
 
@@ -24,8 +24,8 @@ import sqlalchemy as sa
 import test_call_bounds
 from test_call_bounds import DEADLINE, INSERT, ROWS, SLACK
 
-from sharded_orm.load.pdml import SpannerCalls
 from sharded_orm.retry import Deadline
+from sharded_orm.spanner.pdml import SpannerCalls
 
 #: the emulator database with a ``BoundRows`` table, its engine through the fault proxy
 bound_rows = test_call_bounds.bound_rows
@@ -62,7 +62,15 @@ AUTOCOMMIT_WRITES = {"one DML": ROWS[0], "executemany": ROWS}
 
 
 @pytest.mark.emulator
-@pytest.mark.parametrize("write", list(AUTOCOMMIT_WRITES))
+@pytest.mark.parametrize(
+    "write",
+    [
+        "one DML",
+        # the same Commit under the same deadline, waited for again (seconds); quick loop:
+        # test_the_commit_inside_run_in_transaction_ends_within_the_statement_s_deadline[one DML]
+        pytest.param("executemany", marks=pytest.mark.slow),
+    ],
+)
 def test_the_commit_inside_run_in_transaction_ends_within_the_statement_s_deadline(
     bound_rows: tuple[sa.Engine, Any, Any], write: str
 ) -> None:
@@ -95,7 +103,15 @@ def _partitioned(engine: sa.Engine) -> int:
 
 
 @pytest.mark.emulator
-@pytest.mark.parametrize("method", ["BeginTransaction", "ExecuteStreamingSql"])
+@pytest.mark.parametrize(
+    "method",
+    [
+        "BeginTransaction",
+        # the same deadline on the next call, waited for again (seconds); quick loop:
+        # test_partitioned_dml_in_autocommit_mode_ends_within_the_statement_s_deadline
+        pytest.param("ExecuteStreamingSql", marks=pytest.mark.slow),
+    ],
+)
 def test_partitioned_dml_in_autocommit_mode_ends_within_the_statement_s_deadline(
     bound_rows: tuple[sa.Engine, Any, Any], method: str
 ) -> None:
@@ -131,17 +147,27 @@ def pdml_calls(bound_rows: tuple[sa.Engine, Any, Any]) -> Iterator[tuple[Spanner
 
 
 @pytest.mark.emulator
-@pytest.mark.parametrize("method", ["CreateSession", "BeginTransaction", "ExecuteStreamingSql"])
+@pytest.mark.parametrize(
+    "method",
+    [
+        # the earlier calls of the same deadline, each waited for (seconds); quick loop:
+        # test_load_pdml_calls_share_one_deadline[ExecuteStreamingSql] (the last call, sent
+        # with what the session and the begin left of the deadline)
+        pytest.param("CreateSession", marks=pytest.mark.slow),
+        pytest.param("BeginTransaction", marks=pytest.mark.slow),
+        "ExecuteStreamingSql",
+    ],
+)
 def test_load_pdml_calls_share_one_deadline(
     pdml_calls: tuple[SpannerCalls, Any], method: str
 ) -> None:
-    """``load.pdml`` sends each RPC with the time left of one deadline: a session, a
+    """``spanner.pdml`` sends each RPC with the time left of one deadline: a session, a
     begin and a stream together end within it, whichever of them is silent."""
     calls, proxy = pdml_calls
     proxy.hang(method, SILENCE, times=1000)
     deadline = Deadline.after(DEADLINE)
     error, took = _timed(lambda: calls.partitioned_update(PDML, deadline))
-    print(f"\nload.pdml, {method} silent: requested {DEADLINE:g} s, observed {took:.1f} s")
+    print(f"\nspanner.pdml, {method} silent: requested {DEADLINE:g} s, observed {took:.1f} s")
     assert took < DEADLINE + SLACK, f"took {took:.1f} s, deadline {DEADLINE:g} s"
     assert "Deadline" in type(error).__name__ or "deadline" in str(error).lower()
     proxy.clear()

@@ -89,7 +89,9 @@ class _PartitionFn(beam.DoFn):
     def process(self, _: Any) -> Any:
         snapshot = self.db.open().batch_snapshot()
         state = snapshot.to_dict()
-        batches = snapshot.generate_query_batches(self.sql, **call_options(self.timeout))
+        # listing the partitions is one kind of call with its own default, as verify's
+        listing = min(self.timeout, DEFAULTS["partition_query"])
+        batches = snapshot.generate_query_batches(self.sql, **call_options(listing))
         for batch in batches:
             yield state, batch
 

@@ -30,13 +30,13 @@ from sqlalchemy import types as sqltypes
 from sharded_orm.checks import check_identifier, check_positive_int, check_seconds
 from sharded_orm.errors import ShardConfigError, UnsupportedOnDialectError
 from sharded_orm.hashing import FARM_FINGERPRINT, validate_algorithm
-from sharded_orm.load.pdml import SpannerCalls
 from sharded_orm.load.verify import connect, mismatch_sql, quote
 from sharded_orm.progress import progress
 from sharded_orm.retry import Deadline, RetryPolicy, retry_call
 from sharded_orm.schema.columns import get_shard_column, table_of
 from sharded_orm.spanner import is_spanner
 from sharded_orm.spanner.expressions import shard_sql
+from sharded_orm.spanner.pdml import SpannerCalls
 
 __all__ = ["ServerBackfillResult", "backfill_server_side", "backfill_sql"]
 

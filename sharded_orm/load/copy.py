@@ -129,6 +129,7 @@ def copy_table(
     ``on_batch`` is called after each committed batch; ``cursor_table`` (made by
     :func:`cursor_table_ddl`) keeps the cursor between runs; ``deadline`` bounds the whole
     call and ``call_timeout`` each read and commit."""
+    from sharded_orm.spanner import snapshots
     from sharded_orm.spanner.mutations import RawSpanner, database_of
 
     refuse_stock(bind.dialect, "copy_table()")  # its reads' deadlines are our dialect's
@@ -171,15 +172,9 @@ def copy_table(
     def read_batch(after: list[Any] | None, last: list[Any], timeout: float) -> list[Any]:
         """The next rows after ``after`` up to ``last`` in stored order: the Read API's key
         range seeks there (a SQL keyset condition rescans from the start on the emulator)."""
-        from google.cloud.spanner_v1 import KeyRange, KeySet
-
-        start = {"start_open": list(after)} if after is not None else {"start_closed": []}
-        keys = KeySet(ranges=[KeyRange(**start, end_closed=list(last))])  # type: ignore[no-untyped-call]
-        with database.snapshot() as snapshot:
-            found = snapshot.read(
-                src.name, names, keys, limit=batch_size, retry=None, timeout=timeout
-            )
-            return [list(r) for r in found]
+        return snapshots.read_key_range(
+            database, src.name, names, after, last, batch_size, Deadline.after(timeout)
+        )
 
     start = time.monotonic()
     newest = sa.select(*[c for c, _ in key]).order_by(*[c.asc() if d else c.desc() for c, d in key])

@@ -20,17 +20,24 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
 import sqlalchemy as sa
 
-from sharded_orm.checks import check_positive_int, shown
-from sharded_orm.errors import ShardConfigError, ShardTypeError, UnsupportedOnDialectError
+from sharded_orm.checks import check_positive_int, check_seconds, shown
+from sharded_orm.errors import (
+    ShardConfigError,
+    ShardingError,
+    ShardTypeError,
+    UnsupportedOnDialectError,
+)
 from sharded_orm.limits import SPANNER_SPLIT_POINTS, SPANNER_SPLIT_REQUEST_BYTES
+from sharded_orm.retry import DEFAULTS, Deadline
 from sharded_orm.schema.columns import get_shard_column, is_shard_column, table_of
 from sharded_orm.schema.indexes import ShardedIndex
-from sharded_orm.spanner import is_spanner
+from sharded_orm.spanner import admin, is_spanner
 
 __all__ = [
     "MAX_POINTS_PER_REQUEST",
@@ -122,71 +129,6 @@ def split_points(
     return points, notes
 
 
-def _field_bytes(size: int) -> int:
-    """Bytes a length-delimited protobuf field of ``size`` bytes takes: its tag (one byte
-    for the field numbers used here), its length as a varint, itself."""
-    return 1 + max(1, -(-size.bit_length() // 7)) + size
-
-
-def _requests(
-    points: list[SplitPoint],
-    expire_time: Any,
-    per_request: int,
-    byte_limit: int = SPANNER_SPLIT_REQUEST_BYTES,
-    fixed: int = 0,
-) -> list[Any]:
-    """AddSplitPoints request bodies, in order, each with at most ``per_request`` keys and
-    at most ``byte_limit`` bytes as serialised (``fixed``: the request's own fields, its
-    database and initiator), counted from the split points as sent: each key's parts and
-    each table and index group (names and expire time). A point alone over the limit is a
-    request of its own, for Spanner to refuse with its own message."""
-    from google.cloud.spanner_admin_database_v1.types import SplitPoints
-    from google.protobuf import struct_pb2
-
-    out: list[Any] = []
-    groups: dict[tuple[str, str | None], list[Any]] = {}
-    sizes: dict[tuple[str, str | None], int] = {}  # each group's serialised bytes
-    bases: dict[tuple[str, str | None], int] = {}  # a group with no keys, by table and index
-    count = used = 0
-
-    def flush() -> None:
-        out.append(
-            [
-                SplitPoints(table=t, index=i or "", keys=keys, expire_time=expire_time)
-                for (t, i), keys in groups.items()
-            ]
-        )
-
-    for p in points:
-        parts = struct_pb2.ListValue(values=[struct_pb2.Value(string_value=str(v)) for v in p.key])
-        key = SplitPoints.Key(key_parts=parts)
-        entry = _field_bytes(SplitPoints.Key.pb(key).ByteSize())
-        at = (p.table, p.index)
-        if at not in bases:
-            empty = SplitPoints(table=p.table, index=p.index or "", expire_time=expire_time)
-            bases[at] = SplitPoints.pb(empty).ByteSize()
-        before = sizes.get(at)
-        after = (bases[at] if before is None else before) + entry
-        grows = _field_bytes(after) - (0 if before is None else _field_bytes(before))
-        if count and (count + 1 > per_request or fixed + used + grows > byte_limit):
-            flush()
-            groups, sizes, count, used = {}, {}, 0, 0
-            after = bases[at] + entry
-            grows = _field_bytes(after)
-        groups.setdefault(at, []).append(key)
-        sizes[at] = after
-        count += 1
-        used += grows
-    if count:
-        flush()
-    return out
-
-
-def _is_not_implemented(exc: BaseException) -> bool:
-    code = getattr(exc, "code", None)
-    return type(exc).__name__ == "MethodNotImplemented" or getattr(code, "value", code) == 501
-
-
 def presplit(
     engine: Any,
     model: Any,
@@ -197,6 +139,7 @@ def presplit(
     initiator: str = "sharded-orm-presplit",
     per_request: int = MAX_POINTS_PER_REQUEST,
     request_bytes: int = MAX_REQUEST_BYTES,
+    timeout: float = DEFAULTS["schema_change_call"],
 ) -> PresplitReport:
     """Add split points at the shard boundaries of ``model``'s table key and sharded indexes.
 
@@ -204,7 +147,9 @@ def presplit(
     ``expire_after`` (at most 30 days) is how long Spanner keeps the points; ``nodes``
     holds the total to Google's 10 points per node. Each request holds at most
     ``per_request`` points (at most 100) and ``request_bytes`` bytes as sent (at most 1
-    MiB), Spanner's limits on one AddSplitPoints request. Returns a :class:`PresplitReport`.
+    MiB), Spanner's limits on one AddSplitPoints request. ``timeout``: the most Spanner
+    may stay silent on one request (its silences retried until then; the client's own
+    default is an hour, retried for another). Returns a :class:`PresplitReport`.
     """
     if not isinstance(engine, (sa.Engine, sa.Connection)):
         raise ShardTypeError(
@@ -226,6 +171,7 @@ def presplit(
     per_request = min(per_request, MAX_POINTS_PER_REQUEST)
     check_positive_int(request_bytes, "request_bytes")
     request_bytes = min(request_bytes, MAX_REQUEST_BYTES)
+    check_seconds(timeout, "timeout")
     points, notes = split_points(model, indexes=indexes, nodes=nodes)
     report = PresplitReport(points=points, notes=notes)
     for note in notes:
@@ -234,28 +180,23 @@ def presplit(
         report.skipped = "no shard boundaries to split at"
         return report
 
-    from google.protobuf import timestamp_pb2
+    from sharded_orm.spanner.mutations import database_of
 
-    from sharded_orm.spanner.mutations import admin_api, database_of
-
-    expire_time = timestamp_pb2.Timestamp()
-    expire_time.FromDatetime(dt.datetime.now(dt.timezone.utc) + expire_after)
     database = database_of(engine)
-    api = admin_api(database)
-    from google.cloud.spanner_admin_database_v1.types import AddSplitPointsRequest
-
-    fixed = AddSplitPointsRequest.pb(
-        AddSplitPointsRequest(database=database.name, initiator=initiator)
-    ).ByteSize()
-    bodies = _requests(points, expire_time, per_request, request_bytes, fixed)
-    for i, body in enumerate(bodies):
-        request = AddSplitPointsRequest(
-            database=database.name, split_points=body, initiator=initiator
-        )
+    requests = admin.split_point_requests(
+        database,
+        points,
+        expire_at=dt.datetime.now(dt.timezone.utc) + expire_after,
+        initiator=initiator,
+        per_request=per_request,
+        byte_limit=request_bytes,
+    )
+    for i, request in enumerate(requests):
         try:
-            api.add_split_points(request=request)
+            deadline = Deadline.after(timeout, "presplit's timeout")
+            _send(database, request, deadline, report.requests, len(requests))
         except Exception as exc:
-            if i == 0 and _is_not_implemented(exc):
+            if i == 0 and admin.is_not_implemented(exc):
                 report.skipped = (
                     "this Spanner endpoint does not implement AddSplitPoints (the emulator "
                     "answers 501); nothing to pre-split there"
@@ -271,3 +212,24 @@ def presplit(
         report.requests,
     )
     return report
+
+
+def _send(database: Any, request: Any, deadline: Deadline, sent: int, total: int) -> None:
+    """One AddSplitPoints request (``sent`` of ``total`` already sent), sent again while
+    Spanner is silent until ``deadline``; then an error saying what was added and what to
+    do (adding a split point twice is harmless)."""
+    while True:
+        try:
+            admin.send_split_points(database, request, deadline)
+            return
+        except Exception as exc:
+            if not admin.is_silence(exc):
+                raise
+            if deadline.remaining() <= 0.1:
+                raise ShardingError(
+                    f"presplit: Spanner did not answer AddSplitPoints request {sent + 1} of "
+                    f"{total} within {deadline.seconds:g} s (the timeout): {exc}. The "
+                    f"{sent} request(s) before it were applied; run presplit again (a split "
+                    "point added twice is harmless), or give it a larger timeout="
+                ) from exc
+            time.sleep(deadline.cap(0.5))

@@ -39,10 +39,10 @@ from sharded_orm.errors import ShardConfigError, ShardingError, ShardTypeError
 from sharded_orm.hashing import FARM_FINGERPRINT
 from sharded_orm.limits import SPANNER_FUNCTIONS
 from sharded_orm.progress import progress
-from sharded_orm.retry import DEFAULTS
+from sharded_orm.retry import DEFAULTS, Deadline
 from sharded_orm.schema.coerce import base_type
 from sharded_orm.schema.columns import ShardColumn, shard_columns, table_of
-from sharded_orm.spanner import is_spanner
+from sharded_orm.spanner import is_spanner, snapshots
 from sharded_orm.spanner.expressions import shard_sql
 from sharded_orm.telemetry import carried, traced
 from sharded_orm.write.begin import begin_for_write
@@ -161,15 +161,21 @@ def scan_partitions(
     """``work`` on each partition of ``sql`` in one batch snapshot, ``workers`` partitions
     at a time (threads: a partition's rows arrive over the network while others are
     hashed; the partitions share the snapshot's read timestamp, as Dataflow's workers do).
-    Each partition's stream is bounded by ``timeout``; sums of what ``work`` returns."""
+    Listing the partitions takes at most ``timeout`` and ``DEFAULTS["partition_query"]``;
+    each partition's stream is bounded by ``timeout``; sums of what ``work`` returns."""
     from concurrent.futures import ThreadPoolExecutor
 
-    batches = snapshot.generate_query_batches(sql, timeout=min(timeout, 120.0))
+    listing = Deadline.after(min(timeout, DEFAULTS["partition_query"]), "the partitioning")
+    batches = snapshots.partitions(snapshot, sql, listing)
+
+    def read_one(batch: Any) -> tuple[int, list[int]]:
+        deadline = Deadline.after(timeout, "partition_timeout")  # from its stream's start
+        return work(snapshots.partition_rows(snapshot, batch, deadline))
+
     total, bad = 0, None
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="verify") as pool:
         # each partition's client spans under verify's (carried: the caller's context)
-        read = carried(lambda b: work(snapshot.process_query_batch(b, timeout=timeout)))
-        parts = pool.map(read, batches)
+        parts = pool.map(carried(read_one), batches)
         for n, found in parts:
             total += n
             bad = found if bad is None else [x + y for x, y in zip(bad, found, strict=True)]
@@ -273,35 +279,32 @@ def _spanner_snapshot(bind: Any, table: sa.Table, timeout: float) -> Iterator[tu
     scan) and the server-side counts at it too, so every statement sees the table as it
     was at one moment, and none holds a transaction another could end. The count's read,
     restarts included, ends within ``timeout`` (a partition's most)."""
-    from google.api_core import exceptions as api
-
     from sharded_orm.spanner.mutations import database_of
 
     database = database_of(bind)
+    sql = f"SELECT COUNT(*) FROM {quote(table.name, 'table')}"
     try:
-        with database.snapshot() as strong:
-            sql = f"SELECT COUNT(*) FROM {quote(table.name, 'table')}"
-            result = strong.execute_sql(sql, timeout=timeout)
-            total = int(next(iter(result))[0])
-            at = result.metadata.transaction.read_timestamp
-    except api.GoogleAPICallError as exc:  # said as the library says it, with what to do
-        if isinstance(exc, api.DeadlineExceeded):
+        row, at = snapshots.strong_first_row(
+            database, sql, Deadline.after(timeout, "partition_timeout")
+        )
+    except Exception as exc:  # said as the library says it, with what to do
+        failure = snapshots.call_failure(exc)
+        if failure is None:
+            raise
+        if failure.timed_out:
             todo = (
                 f"Spanner did not answer within {timeout:g} s (partition_timeout): run "
                 "verify again, or give it a larger partition_timeout"
             )
-        elif "not found" in str(exc.message).lower():
+        elif "not found" in failure.message.lower():
             todo = "check that the table exists in this database (and the URL names it)"
         else:
             todo = "run verify again; nothing was changed"
         raise ShardingError(
-            f"verify could not count the rows of {table.name!r}: {exc.message or exc}; {todo}."
+            f"verify could not count the rows of {table.name!r}: {failure.message}; {todo}."
         ) from exc
-    snapshot = database.batch_snapshot(read_timestamp=at)
-    try:
-        yield snapshot, total, at
-    finally:
-        snapshot.close()
+    with snapshots.snapshot_at(database, at) as snapshot:
+        yield snapshot, int(row[0]), at
 
 
 def _verify_target(bind: Any, model_or_table: Any, *args: Any, **kw: Any) -> tuple[Any, str]:

@@ -1,4 +1,5 @@
-"""Spanner calls sent by the library itself: bulk_load's mutations, the id pools' blocks.
+"""Spanner calls sent by the library itself: bulk_load's mutations, the id pools' blocks,
+a migration's revision written in a transaction of its own.
 
 ``sharded_orm.load.bulk`` and ``sharded_orm.ids.sequences`` import this module only when
 the bind is Spanner, because the database handle and the stand-in dialect come from
@@ -23,7 +24,7 @@ from typing import Any, TypeVar
 
 import sqlalchemy as sa
 
-from sharded_orm.retry import Deadline, TransientError
+from sharded_orm.retry import Deadline, TransientError, error_chain
 
 T = TypeVar("T")
 
@@ -49,13 +50,6 @@ def database_of(bind: Any) -> Any:
             raw.close()
 
 
-def admin_api(database: Any) -> Any:
-    """The database admin stub of ``database``'s client, to send schema changes and split
-    points with our timeout: ``Database.update_ddl`` takes none and ``AddSplitPoints`` has
-    no ``Database`` method (docs/upstream.md, U9). The one place that reaches for it."""
-    return database._instance._client.database_admin_api
-
-
 def dialect_of(bind: Any) -> sa.Dialect:
     """The bind's dialect, or sharded-orm's Spanner dialect for a bare ``Database``."""
     dialect = getattr(bind, "dialect", None)
@@ -79,6 +73,39 @@ def key_order(value: Any) -> Any:
     if isinstance(value, bytes):
         return base64.b64decode(value)
     return value
+
+
+def is_aborted(exc: BaseException) -> bool:
+    """True when Spanner aborted the transaction (ABORTED, anywhere in the error chain)."""
+    from google.api_core import exceptions as api
+
+    return any(isinstance(e, api.Aborted) for e in error_chain(exc))
+
+
+def transaction_once(database: Any, work: Callable[[Any], T]) -> T:
+    """``work(transaction)`` in one read-write transaction of the client's ``database``,
+    committed: one attempt (the client's own replays of ABORTED, waits of ``2**n`` s, are
+    off: an ABORTED is raised for the caller's policy). ``work`` writes with
+    :func:`update_with_strings`. Bound it with ``spanner.deadlines.finished_within``: the
+    client's commit inside takes no timeout (docs/upstream.md, U10)."""
+    result: T = database.run_in_transaction(work, timeout_secs=0)
+    return result
+
+
+def update_with_strings(transaction: Any, sql: str, params: dict[str, str]) -> int:
+    """Run DML ``sql`` in a :func:`transaction_once` transaction, each parameter a STRING;
+    the rows it changed."""
+    from google.cloud.spanner_v1 import param_types
+
+    types = {name: param_types.STRING for name in params}
+    return int(transaction.execute_update(sql, params=params, param_types=types))
+
+
+def roll_back(transaction: Any) -> None:
+    """End a :func:`transaction_once` transaction on the server (best effort: one already
+    gone there has nothing to end)."""
+    with suppress(Exception):
+        transaction.rollback()
 
 
 class SessionLost(TransientError):

@@ -1,4 +1,5 @@
-"""Partitioned DML and single-use queries with *our* timeout on every RPC.
+"""Partitioned DML and single-use queries with *our* timeout on every RPC (the server-side
+backfill's calls: :mod:`sharded_orm.load.backfill_server`).
 
 ``Database.execute_partitioned_dml`` sends no timeout (its streamed statement waits up to
 the client's default hour on a silent server) and retries ABORTED itself; a backfill must

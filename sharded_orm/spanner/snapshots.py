@@ -1,0 +1,117 @@
+"""Reads the library sends outside SQLAlchemy: a strong read with its read timestamp, a key
+range through the Read API, and a partitioned read of one batch snapshot, each call under
+a Deadline.
+
+``verify`` reads a whole table as it was at one moment: a strong single-use read gives the
+moment (its read timestamp), then a batch read-only transaction at that timestamp lists a
+query's partitions (``PartitionQuery``) and streams each one. The handles these functions
+take and give back (the ``Database`` of :func:`~sharded_orm.spanner.mutations.database_of`,
+a batch snapshot, a partition) are opaque to the callers, which see no client type and
+make no client call; :func:`call_failure` turns the client's errors into plain values.
+``copy_table`` reads its batches with :func:`read_key_range` (a key range seeks where a
+SQL keyset condition rescans from the start on the emulator).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from sharded_orm.retry import Deadline
+
+__all__ = [
+    "CallFailure",
+    "snapshot_at",
+    "call_failure",
+    "partition_rows",
+    "partitions",
+    "read_key_range",
+    "strong_first_row",
+]
+
+
+def strong_first_row(database: Any, sql: str, deadline: Deadline) -> tuple[list[Any], Any]:
+    """The first row of ``sql`` in a strong single-use read of ``database`` (a
+    :func:`~sharded_orm.spanner.mutations.database_of`: its stream, restarts included,
+    ends within ``deadline``), and the read's timestamp."""
+    with database.snapshot() as strong:
+        result = strong.execute_sql(sql, timeout=deadline.call_timeout())
+        row = list(next(iter(result)))
+        return row, result.metadata.transaction.read_timestamp
+
+
+def read_key_range(
+    database: Any,
+    table: str,
+    columns: Sequence[str],
+    after: Sequence[Any] | None,
+    last: Sequence[Any],
+    limit: int,
+    deadline: Deadline,
+) -> list[list[Any]]:
+    """At most ``limit`` rows of ``table`` (``columns``, as the client hands them out) whose
+    key is past ``after`` (from the first when None) and at most ``last``, in key order:
+    one strong single-use ``Read`` of a key range, within ``deadline``."""
+    from google.cloud.spanner_v1 import KeyRange, KeySet
+
+    start = {"start_open": list(after)} if after is not None else {"start_closed": []}
+    keys = KeySet(ranges=[KeyRange(**start, end_closed=list(last))])  # type: ignore[no-untyped-call]
+    with database.snapshot() as snapshot:
+        found = snapshot.read(
+            table, list(columns), keys, limit=limit, retry=None, timeout=deadline.call_timeout()
+        )
+        return [list(r) for r in found]
+
+
+@contextmanager
+def snapshot_at(database: Any, read_timestamp: Any) -> Iterator[Any]:
+    """A batch read-only transaction of ``database`` at ``read_timestamp``, closed on exit:
+    the handle :func:`partitions` and :func:`partition_rows` read from."""
+    snapshot = database.batch_snapshot(read_timestamp=read_timestamp)
+    try:
+        yield snapshot
+    finally:
+        snapshot.close()
+
+
+def partitions(snapshot: Any, sql: str, deadline: Deadline) -> Iterable[Any]:
+    """The partitions of ``sql`` in ``snapshot`` (one ``PartitionQuery``, within ``deadline``)."""
+    batches: Iterable[Any] = snapshot.generate_query_batches(sql, timeout=deadline.call_timeout())
+    return batches
+
+
+def partition_rows(snapshot: Any, partition: Any, deadline: Deadline) -> Iterable[Any]:
+    """The rows of one of :func:`partitions`, streamed whole within ``deadline``."""
+    rows: Iterable[Any] = snapshot.process_query_batch(partition, timeout=deadline.call_timeout())
+    return rows
+
+
+@dataclass(frozen=True)
+class CallFailure:
+    """A Spanner call's error as plain values: its gRPC ``status`` name
+    (``"DEADLINE_EXCEEDED"``, ``"NOT_FOUND"``, ...) and the server's ``message``."""
+
+    status: str
+    message: str
+
+    @property
+    def timed_out(self) -> bool:
+        """The call ran out of time (DEADLINE_EXCEEDED)."""
+        return self.status == "DEADLINE_EXCEEDED"
+
+
+def call_failure(exc: BaseException) -> CallFailure | None:
+    """``exc`` as a :class:`CallFailure` when it is a Spanner call's error (google-api-core's
+    ``GoogleAPICallError``); None for every other error."""
+    from google.api_core import exceptions as api
+
+    if not isinstance(exc, api.GoogleAPICallError):
+        return None
+    if isinstance(exc, api.DeadlineExceeded):
+        status = "DEADLINE_EXCEEDED"
+    else:
+        code = exc.grpc_status_code
+        status = str(getattr(code, "name", "") or type(exc).__name__)
+    return CallFailure(status, str(exc.message or exc))
