@@ -16,6 +16,14 @@ runs, renders or compiles any DDL.
 sqlalchemy-spanner's own module imports Alembic, so this costs nothing more of it. An
 impl the application defined for ``spanner+spanner`` before the dialect loaded is
 honoured: this class then does not register over it (``alembic_ext.impl_guard``).
+
+Our operations (``op.backfill_shard``, ...) are methods Alembic sets on its one
+``Operations`` class, whatever impl a migration runs, so they cannot wait for our impl to
+be built: an application's impl, defined before or after this module loaded, is built
+instead of ours, in or outside an Alembic command. This module registers each name
+(:data:`OPERATIONS`) with a stand-in that loads :data:`OPERATIONS_MODULE` on its first
+call, which registers the operation itself in its place, and calls it: on an impl not
+ours, it refuses saying why and what to do (``alembic_ext.impl_guard``).
 """
 
 from __future__ import annotations
@@ -24,11 +32,24 @@ import importlib
 from typing import Any
 
 from alembic.ddl.impl import DefaultImpl
+from alembic.operations import Operations
 
-__all__ = ["FULL_IMPL", "SpannerImpl"]
+__all__ = ["FULL_IMPL", "OPERATIONS", "OPERATIONS_MODULE", "SpannerImpl"]
 
 #: module and class of the full impl, built in this class's place
 FULL_IMPL = ("alembic_ext.impl", "SpannerImpl")
+#: the module whose import registers every operation of alembic_ext (``alembic_ext.ops``
+#: imports ``alembic_ext.key_reshard``)
+OPERATIONS_MODULE = "alembic_ext.ops"
+#: the operations it registers on Alembic's ``Operations``
+#: (``tests/test_app_impl_after_dialect.py`` checks none is missing)
+OPERATIONS = (
+    "backfill_shard",
+    "alter_index_storing",
+    "copy_table_rows",
+    "retire_table",
+    "verify_tables",
+)
 
 
 class _Named:
@@ -40,17 +61,6 @@ def _app_impl_defined() -> bool:
     try:
         DefaultImpl.get_by_dialect(_Named())  # type: ignore[arg-type]
     except KeyError:
-        return False
-    return True
-
-
-def _in_alembic_command() -> bool:
-    """Whether an Alembic command is running env.py (``alembic.context`` has its config)."""
-    from alembic import context
-
-    try:
-        context.config  # noqa: B018
-    except (NameError, AttributeError):
         return False
     return True
 
@@ -78,9 +88,28 @@ class SpannerImpl(DefaultImpl):
         return super().__new__(cls)
 
 
-# A process that runs migrations (an Alembic command running env.py, or one whose own
-# impl for spanner+spanner Alembic builds instead of ours) gets our operations now:
-# ``op.backfill_shard`` and the others exist and, on an impl not ours, refuse saying why
-# (alembic_ext.impl_guard). An application's engine loads nothing of alembic_ext.
-if _APP_IMPL or _in_alembic_command():
-    importlib.import_module("alembic_ext.ops")  # registers op.backfill_shard, ...
+def _stand_in(name: str) -> None:
+    """Register operation ``name`` as a call that loads :data:`OPERATIONS_MODULE` (which
+    registers the real one over it) and calls the real one."""
+    registered: list[Any] = []
+
+    def load_and_call(cls: type, operations: Operations, *args: Any, **kwargs: Any) -> Any:
+        importlib.import_module(OPERATIONS_MODULE)
+        real = getattr(Operations, name)
+        if real is registered[0]:  # (not registered by that module: never call this again)
+            raise NotImplementedError(
+                f"op.{name}: {OPERATIONS_MODULE} did not register it; sharded-orm's "
+                "operations and this module disagree (report it as a bug)"
+            )
+        return real(operations, *args, **kwargs)
+
+    load_and_call.__name__ = name
+    load_and_call.__doc__ = f"sharded-orm's op.{name} (loaded on its first call)."
+    cls = type(f"{name}_stand_in", (), {name: classmethod(load_and_call)})
+    Operations.register_operation(name)(cls)
+    registered.append(getattr(Operations, name))
+
+
+for _name in OPERATIONS:
+    if not hasattr(Operations, _name):  # (the real one, if alembic_ext.ops is loaded)
+        _stand_in(_name)

@@ -36,7 +36,9 @@ is committed, and its transaction must be rolled back and run again.
 
 from __future__ import annotations
 
+import contextvars
 import functools
+import queue
 import re
 import threading
 from collections.abc import Callable, Iterator
@@ -62,6 +64,15 @@ DEFAULT_READ_TIMEOUT = DEFAULTS["statement"]
 #: (:func:`finished_within`), so that the RPCs it makes under the same deadline report
 #: their own error first.
 WAIT_GRACE = 0.5
+
+#: Calls waited for until a deadline (:func:`finished_within`) that may still be running
+#: after it, each holding a thread, before new ones are refused at once
+#: (:class:`SpannerNotAnswering`): a silent server holds at most about this many threads.
+MAX_STUCK_CALLS = 64
+
+#: Seconds a worker thread of :func:`finished_within` waits idle for another call before
+#: it ends.
+IDLE_WORKER_SECONDS = 2.0
 
 #: Statements per ``ExecuteBatchDml`` request of one ``executemany`` in a transaction.
 BATCH_DML_STATEMENTS = 100
@@ -151,35 +162,157 @@ class StatementDeadline:
         return within_deadline
 
 
+class SpannerNotAnswering(_dbapi.OperationalError):  # type: ignore[misc]
+    """A bounded call refused at once: :data:`MAX_STUCK_CALLS` earlier ones are still
+    running past their deadlines (Spanner is not answering them)."""
+
+
+class _Call:
+    """One call handed to a worker thread, and what became of it."""
+
+    __slots__ = ("abandoned", "call", "done", "error", "finished")
+
+    def __init__(self, call: Callable[[], Any]) -> None:
+        self.call = call
+        self.done = threading.Event()
+        self.error: BaseException | None = None
+        #: it returned (or raised); set under the pool's lock
+        self.finished = False
+        #: its caller stopped waiting before it returned; set under the pool's lock
+        self.abandoned = False
+
+
+class BoundedCalls:
+    """Worker threads for calls waited for until a deadline (:func:`finished_within`).
+
+    A call goes to an idle worker if one is waiting, else to a new thread: it never
+    waits for a busy worker, so the wait is the call's own. A worker idle for
+    ``idle_seconds`` ends, so the threads are those of the calls running (and of the
+    last few seconds). A call its caller gave up on keeps its thread until the client
+    call it is blocked in ends (the client's own timeout, up to an hour): it is counted
+    as *stuck* until then, and while ``max_stuck`` are, a new call is refused at once
+    with :class:`SpannerNotAnswering` instead of taking one more thread. So a silent
+    server holds at most about ``max_stuck`` threads (calls admitted at the same moment
+    may each add one), however many calls are made meanwhile."""
+
+    def __init__(self, max_stuck: int | None = None, idle_seconds: float | None = None) -> None:
+        #: stuck calls past which new calls are refused
+        self.max_stuck = MAX_STUCK_CALLS if max_stuck is None else max_stuck
+        #: seconds an idle worker waits for another call before it ends
+        self.idle_seconds = IDLE_WORKER_SECONDS if idle_seconds is None else idle_seconds
+        self._lock = threading.Lock()
+        self._calls: queue.SimpleQueue[_Call] = queue.SimpleQueue()
+        self._idle = 0  # workers waiting for a call, less the calls queued for them
+        self._stuck = 0
+        self._workers = 0
+
+    @property
+    def stuck(self) -> int:
+        """Calls still running after their caller's deadline passed."""
+        return self._stuck
+
+    @property
+    def workers(self) -> int:
+        """Worker threads alive (running a call or idle)."""
+        return self._workers
+
+    def finished_within(self, call: Callable[[], Any], deadline: Deadline | float) -> bool:
+        """See :func:`finished_within`."""
+        wait = deadline.remaining() if isinstance(deadline, Deadline) else max(0.0, deadline)
+        # the call reports to the caller's span (its client span nests under it)
+        job = _Call(carried(call))
+        with self._lock:
+            stuck = self._stuck
+            start = False
+            if stuck < self.max_stuck:
+                if self._idle:
+                    self._idle -= 1
+                    self._calls.put(job)
+                else:
+                    self._workers += 1
+                    start = True
+        if stuck >= self.max_stuck:
+            raise self._refusal(stuck)
+        if start:
+            self._start(job)
+        if not job.done.wait(wait):
+            with self._lock:
+                if not job.finished:
+                    job.abandoned = True
+                    self._stuck += 1
+                    return False
+        if job.error is not None:
+            raise job.error
+        return True
+
+    def _refusal(self, stuck: int) -> SpannerNotAnswering:
+        return SpannerNotAnswering(
+            f"{stuck} calls to Spanner have not returned after their deadlines passed "
+            "(each still holds a thread, until the Spanner client's own timeout of the "
+            "call ends it): the server is not answering. This call was refused at once, "
+            "and nothing of it was sent, rather than hold one more thread (at most "
+            f"{self.max_stuck} are left waiting: sharded_orm.spanner.deadlines."
+            "MAX_STUCK_CALLS). Check that this process reaches Spanner (the instance, "
+            "the network, SPANNER_EMULATOR_HOST for the emulator) and try again: calls "
+            "are accepted again as soon as the stuck ones return."
+        )
+
+    def _start(self, job: _Call) -> None:
+        worker = threading.Thread(
+            target=self._work, args=(job,), name="sharded-orm-bounded", daemon=True
+        )
+        try:
+            worker.start()
+        except BaseException:  # (no thread to be had: nothing runs the call)
+            with self._lock:
+                self._workers -= 1
+            raise
+
+    def _work(self, job: _Call) -> None:
+        while True:
+            self._run(job)
+            with self._lock:
+                self._idle += 1
+            try:
+                job = self._calls.get(timeout=self.idle_seconds)
+            except queue.Empty:
+                with self._lock:  # a call queued as the wait ended is still run
+                    try:
+                        job = self._calls.get_nowait()
+                    except queue.Empty:
+                        self._idle -= 1
+                        self._workers -= 1
+                        return
+
+    def _run(self, job: _Call) -> None:
+        try:
+            # a context of its own: nothing one call sets is seen by the next
+            contextvars.Context().run(job.call)
+        except BaseException as exc:  # handed to the waiting thread
+            job.error = exc
+        with self._lock:
+            job.finished = True
+            if job.abandoned:
+                self._stuck -= 1
+        job.done.set()
+
+
+#: the worker threads of :func:`finished_within`, one set for the process
+BOUNDED_CALLS = BoundedCalls()
+
+
 def finished_within(call: Callable[[], Any], deadline: Deadline | float) -> bool:
-    """Run ``call`` in a daemon thread and wait for it until ``deadline`` (a
+    """Run ``call`` on a worker thread and wait for it until ``deadline`` (a
     :class:`~sharded_orm.retry.Deadline`, or seconds from now): True if it returned (its
     exception is raised here), False if it is still running (left to its own end: the
     client's own timeout of the call it is blocked in).
 
     For the client calls that take no timeout (``Transaction.commit`` inside
     ``run_in_transaction``, ``execute_partitioned_dml``, a session's ``create``): the wait
-    is bounded, the call is not."""
-    wait = deadline.remaining() if isinstance(deadline, Deadline) else max(0.0, deadline)
-    outcome: list[BaseException | None] = []
-
-    def run() -> None:
-        try:
-            call()
-        except BaseException as exc:  # handed to the waiting thread
-            outcome.append(exc)
-        else:
-            outcome.append(None)
-
-    # the call reports to the caller's span (its client span nests under it)
-    worker = threading.Thread(target=carried(run), name="sharded-orm-bounded", daemon=True)
-    worker.start()
-    worker.join(wait)
-    if not outcome:
-        return False
-    if outcome[0] is not None:
-        raise outcome[0]
-    return True
+    is bounded, the call is not. The threads are: while :data:`MAX_STUCK_CALLS` calls
+    are still running past their deadlines, a new one is refused at once with
+    :class:`SpannerNotAnswering` (:class:`BoundedCalls`)."""
+    return BOUNDED_CALLS.finished_within(call, deadline)
 
 
 def call_options(seconds: float | Deadline | StatementDeadline | None) -> dict[str, Any]:
