@@ -65,6 +65,7 @@ from sharded_orm.read.reuse import (
 from sharded_orm.read.shapes import check_shape
 from sharded_orm.read.stats import FoundBound as FoundBound  # re-exported
 from sharded_orm.read.stats import MergeStats
+from sharded_orm.retry import Deadline
 from sharded_orm.spanner.stock import refuse_stock
 
 
@@ -147,13 +148,19 @@ AFTER, UPPER, FOUND, ROWS = "so_a", "so_t", "so_b", "so_u"
 
 
 class MergeQuery:
-    """The user's statement and the per-shard branches a merge sends with it."""
+    """The user's statement and the per-shard branches a merge sends with it.
 
-    def __init__(self, conn: Any, stmt: Any, timeout: float | None = None) -> None:
+    ``deadline``: the read's one deadline (``read_deadline``, made where ``timeout=``
+    enters), which every statement of the read shares; ``paged``: a ``page()``, whose
+    statements have one shape with and without a cursor or bound."""
+
+    def __init__(
+        self, conn: Any, stmt: Any, deadline: Deadline | None = None, *, paged: bool = False
+    ) -> None:
         self.plan = require_plan(stmt, "merged")
         #: the caller's Session or Connection as the statement meets it (its bind, the
         #: statement's execution options, the read's deadline)
-        self.context = ReadContext(conn, stmt, timeout)
+        self.context = ReadContext(conn, stmt, deadline)
         check_shape(stmt)  # the allowlist: before anything else is read of it
         self.conn = conn
         self.user_key = user_key_of(stmt)
@@ -202,8 +209,9 @@ class MergeQuery:
         ]
         self.correlated = correlated_ok(self.dialect, froms)
         self.bare_var = self.bare.for_shard_named(SHARD_VAR)
-        #: pages set this: the same statement shapes with and without a cursor or bound
-        self.keyset = False
+        #: a page: the same statement shapes with and without a cursor or bound (slots
+        #: whose ``<prefix>_none`` parameter says there are none), each row's shard read
+        self.paged = paged
         #: each row of the statement is one row of the sharded table (no join, no DISTINCT)
         self.one_to_one = not stmt._distinct and all(
             t is self.plan.table for f in froms for t in tables_of(f)
@@ -213,6 +221,7 @@ class MergeQuery:
         self.joined = self.stmt.without_plan(where=not self.one_to_one)
         self._limit_parameters(stmt, key)
         desc = stmt.column_descriptions
+        #: the rows are one mapped entity each: returned as the entities (``scalars()``)
         self.scalars = (
             isinstance(conn, Session)
             and len(desc) == 1
@@ -223,10 +232,15 @@ class MergeQuery:
     def _limit_parameters(self, stmt: Any, key: Any) -> None:
         """Refuse a read whose statements cannot fit the backend's parameter limit, and
         say which plans fit (``sharded_orm.read.limits``)."""
-        #: the bound round fits inside the rows statement (its WHERE twice)
-        self.found_fits = True
-        #: each statement's parameters are counted as it is sent (``ParameterGuard``)
-        self.count_each = False
+        #: the bound round runs inside the rows statement (``Plan.found``): on Spanner,
+        #: for ``merged()`` of a statement whose rows are each one row of ours (a page
+        #: keeps its own round, whose keys also bound the pages after it), where its
+        #: WHERE twice fits the parameter limit (``read`` clears it when, as finally
+        #: compiled, it does not)
+        self.bound_in_rows = self.correlated and self.one_to_one and not self.paged
+        #: the limit each statement's parameters are counted against as it is sent
+        #: (``ParameterGuard``); None where the count before sending proves they fit
+        self.sent_limit: int | None = None
         self.parameter_limit = parameter_limit(self.connection, self.dialect)
         if self.parameter_limit is None or self.stmt.point_shard is not None:
             return
@@ -235,7 +249,8 @@ class MergeQuery:
         # statement's own entity): counted here once each, exactly as they are sent
         crit = parameters_of(stmt, stmt._generate_cache_key()) - params if self.criteria else 0
         ours = headroom(len(self.columns))
-        self.found_fits = 2 * (params + crit) + crit + ours <= self.parameter_limit
+        fits = 2 * (params + crit) + crit + ours <= self.parameter_limit
+        self.bound_in_rows = self.bound_in_rows and fits
         # the WHERE clause is in every branch (once for the correlated ones), and around
         # them where a row of the statement is not one row of ours
         times = (1 if self.correlated else self.plan.shard.count) + (not self.one_to_one)
@@ -244,7 +259,8 @@ class MergeQuery:
             raise too_many(least, self.parameter_limit, "statements", self.dialect)
         # what a do_orm_execute listener adds is known only as the statement is sent
         listened = isinstance(self.conn, Session) and bool(self.conn.dispatch.do_orm_execute)
-        self.count_each = listened or crit > 0 or times * (params + ours) > self.parameter_limit
+        if listened or crit > 0 or times * (params + ours) > self.parameter_limit:
+            self.sent_limit = self.parameter_limit
 
     @property
     def connection(self) -> Connection:
@@ -333,11 +349,11 @@ class MergeQuery:
         """Slots ``prefix<i>`` for the sort ``values``, their parameters put in ``params``
         (None, no values, stays None; for pages, one shape either way: slots, and
         ``prefix_none`` says whether there are values)."""
-        if values is None and not self.keyset:
+        if values is None and not self.paged:
             return None
         given = values if values is not None else [None] * len(self.columns)
         params.update(slot_values(self.columns, prefix, given))
-        if self.keyset:
+        if self.paged:
             params[f"{prefix}_none"] = values is None
         return slots(prefix, len(self.columns))
 
@@ -347,7 +363,7 @@ class MergeQuery:
         if lower is None:
             return None
         after = after_condition(self.columns, lower, self.joined_keys)
-        if not self.keyset:
+        if not self.paged:
             return after
         return or_(bindparam(f"{AFTER}_none", type_=Boolean()), after)
 
@@ -357,7 +373,7 @@ class MergeQuery:
         if upper is None:
             return None
         up_to = at_or_before_condition(self.columns, upper, self.joined_keys)
-        if not self.keyset or not any(isinstance(v, Slot) for v in upper):
+        if not self.paged or not any(isinstance(v, Slot) for v in upper):
             return up_to
         return or_(bindparam(f"{UPPER}_none", type_=Boolean()), up_to)
 
@@ -377,8 +393,7 @@ class MergeQuery:
         """``stmt`` sent with ``params`` as the user's statement is
         (``ReadContext.execute``), counted as it is sent where the parameters may reach
         the limit (``Oversized``: the read takes another plan, or refuses)."""
-        limit = self.parameter_limit if self.count_each else None
-        return self.context.execute(stmt, limit, params)
+        return self.context.execute(stmt, self.sent_limit, params)
 
     def too_many(self, count: int) -> ShardConfigError:
         """The refusal of a statement of ``count`` parameters, over the limit."""
@@ -401,17 +416,15 @@ class MergeQuery:
         if user is None:  # SQLAlchemy cannot tell the statement's shape: build each time
             stats.shapes_built += 1
             return Shaped(build(self), {})
-        key = (user.key, self.backend, self.keyset, structure)
+        key = (user.key, self.backend, self.paged, structure)
         entry = SHAPES.get(key, NEW)
         if entry is UNCACHEABLE:
             stats.shapes_built += 1
             return Shaped(build(self), {})
         if isinstance(entry, Shape):
             return Shaped(entry.statement, user.params(entry.names))
-        shaper = MergeQuery(self.conn, user.named(), None)
-        shaper.keyset = self.keyset
-        shaper.found_fits = self.found_fits
-        stmt = build(shaper)
+        # (its own deadline none: it builds, it sends nothing)
+        stmt = build(MergeQuery(self.conn, user.named(), paged=self.paged))
         stats.shapes_built += 1
         if user.all_named(stmt):
             branches = 1 if self.correlated else shards

@@ -11,7 +11,6 @@ each statement is counted as it is handed to the DB-API (``sharded_orm.read.limi
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from sqlalchemy import select
@@ -21,9 +20,7 @@ from sqlalchemy.orm import Session
 from sharded_orm.checks import check_seconds, shown
 from sharded_orm.errors import ShardTypeError
 from sharded_orm.read.limits import ParameterGuard
-
-#: the least time left a statement is given: the Spanner client ends it at once
-MIN_STATEMENT_SECONDS = 0.001
+from sharded_orm.retry import Deadline
 
 #: where the user's statement's execution options go: the rows statement is the user's
 #: own and carries all of them; the bound round (a read of the same mapped table, of its
@@ -67,6 +64,16 @@ EXECUTION_OPTIONS: dict[str, str] = {
 }
 
 
+def read_deadline(timeout: object) -> Deadline | None:
+    """The one deadline of a read, made where ``merged()``/``page()`` take ``timeout=``
+    (seconds, checked; None: no deadline of the read's own, each statement has the
+    ``timeout`` execution option it would have had). Every statement of the read, and
+    every restart of its result streams, runs within it."""
+    if timeout is None:
+        return None
+    return Deadline.after(check_seconds(timeout, "timeout"), "timeout")
+
+
 def bound_round_options(stmt: Any) -> dict[str, Any]:
     """The execution options of ``stmt`` its bound round carries (``EXECUTION_OPTIONS``)."""
     return {
@@ -98,9 +105,10 @@ def bind_arguments_of(stmt: Any) -> dict[str, Any]:
 class ReadContext:
     """The caller's Session or Connection as the user's statement ``stmt`` meets it: its
     bind, dialect and Connection, and the statements of the read sent through it
-    (``timeout``: seconds for the whole read, each statement given what is left)."""
+    (``deadline``: the whole read's, ``read_deadline``; each statement is given what is
+    left of it)."""
 
-    def __init__(self, conn: Any, stmt: Any, timeout: float | None = None) -> None:
+    def __init__(self, conn: Any, stmt: Any, deadline: Deadline | None = None) -> None:
         if not isinstance(conn, (Connection, Session)):
             raise ShardTypeError(
                 f"merged()/page() read through a Connection or Session (or their async "
@@ -116,9 +124,8 @@ class ReadContext:
         self.subject = subject_of(stmt)
         self.round_options = bound_round_options(stmt)
         self._connection: Connection | None = conn if isinstance(conn, Connection) else None
-        self.deadline = (
-            None if timeout is None else time.monotonic() + check_seconds(timeout, "timeout")
-        )
+        #: the read's one deadline (None: each statement keeps its own ``timeout`` option)
+        self.deadline = deadline
 
     @property
     def connection(self) -> Connection:
@@ -147,9 +154,11 @@ class ReadContext:
         (``Oversized`` over it)."""
         options: dict[str, Any] = {}
         if self.deadline is not None:
-            # a deadline already passed still goes to the client, which ends the statement
-            # at once with its usual error (the one a statement that ran out of time raises)
-            options["timeout"] = max(self.deadline - time.monotonic(), MIN_STATEMENT_SECONDS)
+            # the time left, as the dialect's ``timeout`` option takes it (seconds): the
+            # statement's deadline, its stream restarts included, ends with the read's. A
+            # deadline already passed still goes to the client (the least call timeout),
+            # which ends the statement at once with its usual error
+            options["timeout"] = self.deadline.call_timeout()
         if limit is None:
             return self._send(stmt, options, params or None)
         with ParameterGuard(self.connection, limit):

@@ -49,6 +49,7 @@ from sharded_orm.read.branches import (
     statement_window,
 )
 from sharded_orm.read.consistency import RowsChanged, read_again, rows_are_whole
+from sharded_orm.read.context import read_deadline
 from sharded_orm.read.limits import Oversized
 from sharded_orm.read.order import (
     order_columns as order_columns,  # re-exported: sharded_orm imports it from here
@@ -115,14 +116,6 @@ def _full(
     return count, last, full
 
 
-def bound_in_statement(query: MergeQuery) -> bool:
-    """Whether the bound round runs inside the rows statement (``Plan.found``): on
-    Spanner, for ``merged()`` of a statement whose rows are each one row of ours (a page
-    keeps its own round, whose keys also bound the pages after it). ``plan_rounds`` then
-    sends nothing."""
-    return query.correlated and query.one_to_one and not query.keyset and query.found_fits
-
-
 def plan_rounds(
     query: MergeQuery,
     want: int,
@@ -154,7 +147,7 @@ def plan_rounds(
     # the answer than round 1 saw of it, and round 2 reads about K rows; round 1 reads at
     # most N*ceil(K/N) + K index entries
     b = math.ceil(keys_wanted / len(shards)) + want // len(shards)
-    if bound_in_statement(query):  # one snapshot, one round trip, one parse
+    if query.bound_in_rows:  # one snapshot, one round trip, one parse (sends nothing here)
         stats.plan = "two rounds in one statement"
         return Plan(dict.fromkeys(shards, want), found=b)
     stats.plan = "two rounds"
@@ -212,7 +205,7 @@ def _run(
     if by_position and asks is not None:
         asks = {s: c + 1 for s, c in asks.items()}
     # a page's rows statements have one shape, checked or not (one compiled form)
-    with_shard = shard or by_position or query.keyset
+    with_shard = shard or by_position or query.paged
     shaped = query.rows_statement(
         asks, after, plan.upper, n, offset, keys, stats, with_shard, plan.found
     )
@@ -269,9 +262,9 @@ def read(
     try:
         return read_plans(query, want, n, offset, after, stats, keys, ahead, step, pages)
     except Oversized as e:
-        if not bound_in_statement(query):
+        if not query.bound_in_rows:
             raise query.too_many(e.count) from None
-    query.found_fits = False  # the bound round in the rows statement did not fit
+    query.bound_in_rows = False  # the bound round in the rows statement did not fit
     try:
         return read_plans(query, want, n, offset, after, stats, keys, ahead, step, pages)
     except Oversized as e:
@@ -336,7 +329,7 @@ def probe(
     Otherwise the two-round plan follows: on Spanner one statement that finds its own
     bound; elsewhere the probe's rows, with their sort keys, are its bound round."""
     shards = list(range(query.plan.shard.count))
-    own = plan_rounds(query, want, after, stats) if bound_in_statement(query) else None
+    own = plan_rounds(query, want, after, stats) if query.bound_in_rows else None
     stats.plan = "probe"
     sort_keys = keys or own is None
     first = Plan(dict.fromkeys(shards, limit))
@@ -373,7 +366,7 @@ def _merged(
 ) -> list[Any]:
     # the span covers the checks too: a refused read is a span with its error.type
     with operation("merged", *operation_target(conn, stmt)) as traced:
-        query = MergeQuery(conn, stmt, timeout)
+        query = MergeQuery(conn, stmt, read_deadline(timeout))
         n = _limit(stmt, limit, "limit")
         _, offset = statement_window(stmt)
         traced.set(shards=query.plan.shard.count, limit=n)

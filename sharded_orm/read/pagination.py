@@ -24,6 +24,7 @@ from sqlalchemy.orm import Session
 
 from sharded_orm.checks import check_positive_int
 from sharded_orm.errors import ShardConfigError
+from sharded_orm.read.context import read_deadline
 from sharded_orm.read.cursors import (
     CursorError,
     encode_cursor,
@@ -134,8 +135,7 @@ def _read_page(
     if plan_of(stmt) is None:  # (a union of them too: run it as one query)
         raise ShardConfigError("page() needs a statement made by sharded_select(...)")
     check_positive_int(page_size, "page_size")
-    query = MergeQuery(conn, stmt, timeout)
-    query.keyset = True
+    query = MergeQuery(conn, stmt, read_deadline(timeout), paged=True)
     limit, offset = statement_window(stmt)
     after, served, ahead = None, 0, list[Bound]()
     fingerprint = query_fingerprint(stmt)  # once per page: to read the cursor and write one
