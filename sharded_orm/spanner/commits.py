@@ -24,7 +24,6 @@ from google.cloud.spanner_dbapi import exceptions as _dbapi
 
 from sharded_orm.checks import is_seconds
 from sharded_orm.retry import DEFAULTS, Deadline
-from sharded_orm.spanner.connection import commit_deadline
 from sharded_orm.spanner.deadlines import finished_within
 
 __all__ = [
@@ -73,6 +72,10 @@ def commit_within(commit: Callable[[], None], seconds: float | None, driver: Any
     if seconds is None:
         commit()
         return
+    # loaded with the first commit, not with the dialect (issue 45); a commit has a
+    # connection, so the module is in memory by then anyway
+    from sharded_orm.spanner.connection import commit_deadline
+
     # a replay of the transaction, if Spanner aborts it at commit, ends by then too
     commit_deadline(driver, seconds)
     deadline = Deadline.after(seconds, COMMIT_TIMEOUT_ARGUMENT)

@@ -111,8 +111,6 @@ from sharded_orm.spanner.commits import (
     commit_within,
     is_abandoned,
 )
-from sharded_orm.spanner.connection import ShardedConnection, ShardedCursor
-from sharded_orm.spanner.connection import connect as _connect
 from sharded_orm.spanner.ddl import ShardedSpannerDDLCompiler, SpannerIdentifierPreparer
 from sharded_orm.spanner.deadlines import DeadlineCursor, read_errors, timeout_of
 from sharded_orm.spanner.reflection import BoundReflection
@@ -212,8 +210,9 @@ class SpannerExecutionContext(_stock.SpannerExecutionContext):  # type: ignore[m
         # one deadline per statement, from its ``timeout`` execution option
         seconds = timeout_of(self.execution_options)
         driver = self._dbapi_connection.driver_connection
-        if isinstance(driver, ShardedConnection):  # ours (.connection): replays bounded too
-            return ShardedCursor(driver, seconds)
+        ours = getattr(driver, "deadline_cursor", None)
+        if ours is not None:  # our connection (.connection): its replays are bounded too
+            return ours(seconds)
         return DeadlineCursor(driver, seconds)
 
 
@@ -283,8 +282,11 @@ class SpannerDialect(BoundReflection, _stock.SpannerDialect):  # type: ignore[mi
 
     def connect(self, *cargs: Any, **cparams: Any) -> Any:
         # our DB-API connection (.connection): replays of an aborted transaction keep
-        # the deadline of the call that set them off
-        return _connect(*cargs, **cparams)
+        # the deadline of the call that set them off. Imported here, at the first
+        # connect: an engine that never connects does not load it (issue 45)
+        from sharded_orm.spanner.connection import connect
+
+        return connect(*cargs, **cparams)
 
     def do_execute(self, cursor: Any, statement: Any, parameters: Any, context: Any = None) -> None:
         _check_parameter_count(parameters)
