@@ -25,6 +25,7 @@ LAYERS = {
     "telemetry": 0,
     "limits": 0,
     "memo": 0,
+    "greenlets": 0,
     "schema": 1,
     "spanner": 2,
     "write": 3,

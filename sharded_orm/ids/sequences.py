@@ -12,9 +12,17 @@ Spanner that transaction is sent with the client's internal retries off
 commit under our retries, hundreds of times), and every call is bounded; retries follow
 :mod:`sharded_orm.retry`, and the whole reservation (waiting for the lock included) ends
 within ``deadline`` seconds with a clear error. Values are handed out from a local pool
-under a lock (thread-safe); only values of a committed reservation are handed out, and
-the database alone decides reservations (process-safe). A retry after an unknown outcome
-reserves a new block: values of a lost block are a gap, never a duplicate.
+under a lock (thread-safe) that is never held across a reservation: one caller reserves
+while the others wait for its block (one reservation per block). Only values of a
+committed reservation are handed out, and the database alone decides reservations
+(process-safe). A retry after an unknown outcome reserves a new block: values of a lost
+block are a gap, never a duplicate.
+
+On an async engine (``create_async_engine``; pass it or its ``sync_engine``), a flush
+computing ``default=seq`` runs in SQLAlchemy's greenlet on the event loop's thread: a
+reservation that blocks (Spanner's client, a sync driver) runs on a thread there and is
+awaited, and callers waiting for it await too, so the event loop never waits on the
+database; ``await seq.next_id_async()`` does the same from a coroutine.
 """
 
 from __future__ import annotations
@@ -22,7 +30,9 @@ from __future__ import annotations
 import dataclasses
 import threading
 from collections import deque
-from typing import Any
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
@@ -33,6 +43,7 @@ from sharded_orm.errors import (
     ShardTypeError,
     UnsupportedOnDialectError,
 )
+from sharded_orm.greenlets import await_here, on_event_loop
 from sharded_orm.hashing import INT64_MAX
 from sharded_orm.ids.mixins import bit_reverse
 from sharded_orm.retry import (
@@ -45,6 +56,9 @@ from sharded_orm.retry import (
 )
 from sharded_orm.spanner import is_spanner
 from sharded_orm.telemetry import operation
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine
 
 #: The largest block one reservation may take: the pool holds it in memory (about 36
 #: bytes a value), and Spanner's GENERATE_ARRAY returns at most this many elements.
@@ -102,11 +116,26 @@ def _check_deadline(deadline: object) -> float:
 
 
 class _Pooled:
-    """The local pool: handed out under a lock, refilled by one reservation at a time."""
+    """The local pool: values handed out under a lock, refilled by one reservation at a
+    time (the others wait for it); the lock is never held across a reservation.
+
+    Handing out is a pop under ``_lock``. An empty pool is refilled by the caller that
+    finds it empty: it registers the refill (a :class:`concurrent.futures.Future`) under
+    the lock, reserves with the lock released, puts the block into the pool under the
+    lock, and keeps the block's first value; callers that find a refill under way wait
+    for it (within their deadline), then take a value. So one reservation per block, as
+    when the reservation ran under the lock, and an async engine's flush can run it on a
+    thread and await it: no other task on the event loop thread ever waits on the lock
+    while it holds its value for an ``await`` (which would freeze the loop).
+    """
 
     def __init__(
-        self, engine: sa.Engine, block_size: int, deadline: float, max_retries: int
+        self, engine: sa.Engine | AsyncEngine, block_size: int, deadline: float, max_retries: int
     ) -> None:
+        # an AsyncEngine: its sync engine (the one its flushes run through)
+        sync_engine = getattr(engine, "sync_engine", None)
+        if isinstance(sync_engine, sa.Engine):
+            engine = sync_engine
         if not isinstance(engine, sa.Engine):
             raise ShardTypeError(f"engine must be a SQLAlchemy Engine, got {shown(engine)}")
         self.engine = engine
@@ -116,7 +145,9 @@ class _Pooled:
         # one attempt gets a share of the deadline, so a hung call leaves time to retry
         self.policy = dataclasses.replace(policy, call_timeout=attempt_timeout(self.deadline))
         self._pool: deque[int] = deque()
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # held for pool and refill bookkeeping only, no I/O
+        #: the reservation under way (its result: the block's first value), if any
+        self._refill: Future[int] | None = None
         self._raw: Any = None
         #: reservations that succeeded, and failed attempts that were retried
         self.reservations = 0
@@ -124,15 +155,25 @@ class _Pooled:
 
     @property
     def raw(self) -> Any:
-        """On Spanner, the client calls with our timeouts and no internal retries."""
+        """On Spanner, the client calls with our timeouts and no internal retries.
+
+        One session serves every reservation: only one runs at a time (``_refill``)."""
         if self._raw is None:
             from sharded_orm.spanner.mutations import RawSpanner, database_of
 
-            self._raw = RawSpanner(database_of(self.engine), per_thread=False)  # under the lock
+            # database_of checks a connection out (an async engine's awaits, in its
+            # greenlet): never under the lock
+            raw = RawSpanner(database_of(self.engine), per_thread=False)
+            with self._lock:
+                if self._raw is None:
+                    self._raw = raw
         return self._raw
 
     def _reserve(self, timeout: float) -> list[int]:
         raise NotImplementedError
+
+    #: reservations go through :attr:`raw` (Spanner's client: blocking calls)
+    _uses_raw = True
 
     def _count_retry(self, exc: BaseException, outcome: object) -> None:
         self.retries += 1
@@ -140,44 +181,119 @@ class _Pooled:
     def next_id(self) -> int:
         """The next value: from the pool, or from a new reservation when it is empty.
 
-        Ends within ``deadline`` seconds (waiting for another thread's reservation
-        included) with a value or an error."""
-        clock = Deadline(self.deadline)  # the lock wait and the reservation share it
-        if not self._lock.acquire(timeout=self.deadline):
-            raise RetryDeadlineError(
-                f"{self!r}: no value within {self.deadline} s: another thread has held the "
-                "pool's lock, reserving a block, that long (is the database reachable?)",
-                attempts=0,
-                elapsed=clock.elapsed(),
-                outcome=Outcome.UNKNOWN,
-                last_error=TimeoutError("lock"),
-            )
-        try:
-            if not self._pool:
-                retries = self.retries
-                # the table a TableSequence reserves in; a Spanner sequence's own name
-                table = getattr(getattr(self, "table", None), "name", None)
-                name = getattr(self, "name", None)
-                with operation(
-                    "sequence.refill", self.engine, table or name, sequence=name
-                ) as traced:
-                    block = retry_call(
-                        self._reserve,
-                        self.policy,
-                        what=f"reserving a block of {self.block_size} values for {self!r}",
-                        idempotent=True,  # a block reserved twice is a gap, never a duplicate
-                        resume="No value of a failed block is handed out; call next_id() again.",
-                        deadline=clock,
-                        on_retry=self._count_retry,
-                    )
-                    traced.set(block_size=len(block), retries=self.retries - retries)
-                self._pool.extend(block)
-                self.reservations += 1
-            return self._pool.popleft()
-        finally:
-            self._lock.release()
+        Ends within ``deadline`` seconds (waiting for another caller's reservation
+        included) with a value or an error. In an async engine's flush (SQLAlchemy's
+        greenlet, on the event loop's thread) a reservation runs on a thread and is
+        awaited: the event loop runs on meanwhile."""
+        with self._lock:  # never held across I/O: a short wait at most
+            if self._pool:
+                return self._pool.popleft()
+        clock = Deadline(self.deadline)  # waits and the reservation share it
+        on_loop = on_event_loop()
+        while True:
+            with self._lock:
+                if self._pool:
+                    return self._pool.popleft()
+                refill, mine = self._refill, False
+                if refill is None:
+                    refill = self._refill = Future()
+                    mine = True
+            if mine:
+                return self._refill_pool(refill, clock, on_loop)
+            self._wait_for(refill, clock, on_loop)
 
     __call__ = next_id  # usable as a column default: ``default=seq``
+
+    async def next_id_async(self) -> int:
+        """:meth:`next_id` from a coroutine: a reservation is awaited, never blocking
+        the event loop (a pool hit costs no more than in :meth:`next_id`)."""
+        from sqlalchemy.util import greenlet_spawn
+
+        value: int = await greenlet_spawn(self.next_id)
+        return value
+
+    def _refill_pool(self, refill: Future[int], clock: Deadline, on_loop: bool) -> int:
+        """Reserve a block: the rest into the pool, its first value is the caller's."""
+        # an async driver's statements (TableSequence off Spanner) await by themselves
+        blocking = self._uses_raw or not self.engine.dialect.is_async
+        if not (on_loop and blocking):
+            return self._fill(refill, clock)
+        if self._uses_raw and self._raw is None:
+            try:  # here, in the greenlet: an async engine's checkout awaits
+                self.raw  # noqa: B018
+            except BaseException as exc:
+                with self._lock:
+                    self._refill = None
+                refill.set_exception(exc)
+                raise
+        import asyncio
+        import contextvars
+
+        # the caller's context on the thread: telemetry parents the refill's span there
+        run = contextvars.copy_context().run
+        loop = asyncio.get_running_loop()
+        value: int = await_here(loop.run_in_executor(None, run, self._fill, refill, clock))
+        return value
+
+    def _fill(self, refill: Future[int], clock: Deadline) -> int:
+        """The reservation, retried within ``clock``; ``refill`` is resolved either way
+        (a cancelled awaiting task leaves the block in the pool)."""
+        try:
+            retries = self.retries
+            # the table a TableSequence reserves in; a Spanner sequence's own name
+            table = getattr(getattr(self, "table", None), "name", None)
+            name = getattr(self, "name", None)
+            with operation("sequence.refill", self.engine, table or name, sequence=name) as traced:
+                block = retry_call(
+                    self._reserve,
+                    self.policy,
+                    what=f"reserving a block of {self.block_size} values for {self!r}",
+                    idempotent=True,  # a block reserved twice is a gap, never a duplicate
+                    resume="No value of a failed block is handed out; call next_id() again.",
+                    deadline=clock,
+                    on_retry=self._count_retry,
+                )
+                traced.set(block_size=len(block), retries=self.retries - retries)
+        except BaseException as exc:
+            with self._lock:
+                self._refill = None
+            refill.set_exception(exc)
+            raise
+        with self._lock:
+            self._pool.extend(block[1:])
+            self.reservations += 1
+            self._refill = None
+        refill.set_result(block[0])
+        return block[0]
+
+    def _wait_for(self, refill: Future[int], clock: Deadline, on_loop: bool) -> None:
+        """Wait until another caller's reservation ends (success or not), within ``clock``."""
+        left = clock.remaining()
+        try:
+            if on_loop:
+                import asyncio
+
+                # shield: this task's timeout or cancellation leaves the refill alone
+                waited = asyncio.shield(asyncio.wrap_future(refill))
+                await_here(asyncio.wait_for(waited, max(left, 0.0)))
+            else:
+                refill.result(timeout=max(left, 0.0))
+            return
+        except (TimeoutError, FutureTimeout):
+            pass
+        except Exception:  # its reservation failed: ours is tried next, within our deadline
+            if clock.remaining() > 0:
+                return
+            raise  # its error says why better than ours would
+        raise RetryDeadlineError(
+            f"{self!r}: no value within {self.deadline} s: another thread or task has held "
+            "the pool's lock (its reservation of a block) that long (is the database "
+            "reachable?)",
+            attempts=0,
+            elapsed=clock.elapsed(),
+            outcome=Outcome.UNKNOWN,
+            last_error=TimeoutError("waiting for another reservation"),
+        )
 
     def close(self) -> None:
         """Release the Spanner sessions this generator holds (unused values are a gap)."""
@@ -205,7 +321,7 @@ class SpannerSequence(_Pooled):
 
     def __init__(
         self,
-        engine: sa.Engine,
+        engine: sa.Engine | AsyncEngine,
         name: str,
         *,
         block_size: int = 100,
@@ -213,9 +329,9 @@ class SpannerSequence(_Pooled):
         max_retries: int = 8,
     ) -> None:
         super().__init__(engine, block_size, deadline, max_retries)
-        if not is_spanner(engine):
+        if not is_spanner(self.engine):
             raise UnsupportedOnDialectError(
-                f"SpannerSequence needs a Spanner engine, got {engine.dialect.name!r}; "
+                f"SpannerSequence needs a Spanner engine, got {self.engine.dialect.name!r}; "
                 "use TableSequence, which works on any database"
             )
         self.name = check_identifier(name, "sequence name")
@@ -296,7 +412,7 @@ class TableSequence(_Pooled):
 
     def __init__(
         self,
-        engine: sa.Engine,
+        engine: sa.Engine | AsyncEngine,
         name: str,
         *,
         block_size: int = 100,
@@ -323,7 +439,8 @@ class TableSequence(_Pooled):
             sa.Column("Sequence_ID", sa.String(MAX_NAME_LENGTH), primary_key=True),
             sa.Column("Next_Value", sa.BigInteger, nullable=False),
         )
-        self._on_spanner = is_spanner(engine)
+        self._on_spanner = is_spanner(self.engine)
+        self._uses_raw = self._on_spanner
 
     def __repr__(self) -> str:
         return f"TableSequence({self.name!r})"
