@@ -9,6 +9,9 @@ when a test asks for one. ``sharded_orm.testing.plugin`` re-exports its helpers.
 Fixtures
     ``spanner_emulator`` (session): an :class:`~sharded_orm.testing.emulator.Emulator`.
     ``spanner_engine``: a SQLAlchemy engine on a fresh database of that emulator.
+    ``spanner_async_engine``: an ``AsyncEngine`` (``spanner+spanner_async``) on the same
+    database as ``spanner_engine``; ``sharded_orm.testing.async_engines.run_through``
+    runs a sync test body through it.
     ``mock_spanner``: a started :class:`~sharded_orm.testing.mock.MockSpanner`.
     ``spanner_faults``: a :class:`~sharded_orm.testing.faults.FaultProxy` in front of the
     emulator; ``spanner_faults.emulator(spanner_emulator).engine(db)`` talks through it.
@@ -26,7 +29,9 @@ from typing import Any
 
 import pytest
 
-EMULATOR_FIXTURES = frozenset({"spanner_emulator", "spanner_engine", "spanner_faults"})
+EMULATOR_FIXTURES = frozenset(
+    {"spanner_emulator", "spanner_engine", "spanner_async_engine", "spanner_faults"}
+)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -133,6 +138,19 @@ def spanner_engine(spanner_emulator: Any) -> Iterator[Any]:
         # dropping is only housekeeping: a failure to drop is not the test's failure
         with contextlib.suppress(Exception):
             spanner_emulator.drop_database(database_id)
+
+
+@pytest.fixture
+def spanner_async_engine(spanner_emulator: Any, spanner_engine: Any) -> Iterator[Any]:
+    """An ``AsyncEngine`` (our ``spanner+spanner_async`` dialect) on the database of
+    ``spanner_engine``: what one writes, the other reads (disposed afterwards)."""
+    from sharded_orm.testing.async_engines import dispose
+
+    engine = spanner_emulator.async_engine(spanner_engine.url.database.rsplit("/", 1)[-1])
+    try:
+        yield engine
+    finally:
+        dispose(engine)
 
 
 @pytest.fixture

@@ -270,3 +270,80 @@ def test_fifty_concurrent_tasks_keep_the_event_loop_responsive(spanner_emulator:
         assert max(lateness) < 0.5, f"the event loop stalled {max(lateness):.2f} s"
 
     run(main)
+
+
+def test_run_through_sends_a_sync_body_through_the_async_adapter(
+    spanner_engine: sa.Engine, spanner_async_engine: AsyncEngine
+) -> None:
+    """The plugin's async engine is on spanner_engine's database, and ``run_through``
+    runs a sync body on it with every statement on the adapted cursor (the worker)."""
+    from sharded_orm.testing.async_engines import run_through
+
+    cursors: list[str] = []
+
+    @sa.event.listens_for(spanner_async_engine.sync_engine, "before_cursor_execute")
+    def seen(conn: Any, cursor: Any, *args: Any) -> None:
+        cursors.append(type(cursor).__name__)
+
+    def body(engine: sa.Engine, n: int) -> list[tuple[int, str]]:
+        Base.metadata.create_all(engine)
+        with engine.begin() as conn:
+            conn.execute(
+                Event.__table__.insert(),
+                [{"id": i, "tenant": f"t{i}", "kind": "k", "ts": T0} for i in range(n)],
+            )
+        with engine.connect() as conn:
+            return [tuple(r) for r in conn.execute(sa.select(Event.id, Event.tenant))]
+
+    assert sorted(run_through(spanner_async_engine, body, 3)) == [(0, "t0"), (1, "t1"), (2, "t2")]
+    assert cursors and set(cursors) == {"AsyncAdaptedCursor"}
+    with spanner_engine.connect() as conn:  # the same database
+        assert conn.execute(sa.select(sa.func.count()).select_from(Event)).scalar() == 3
+    with pytest.raises(sa.exc.IntegrityError):  # what the body raises, raised
+        run_through(spanner_async_engine, body, 1)
+
+
+def test_the_stock_pool_reset_hook_rolls_back_on_the_worker(
+    spanner_emulator: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """sqlalchemy-spanner's pool ``reset`` hook (on every Pool) rolls back a driver that
+    is still in a transaction when its connection goes back to the pool. Through the
+    async engine that rollback runs on the connection's worker, not on the event loop."""
+    import threading
+
+    from google.cloud.spanner_dbapi.connection import Connection
+
+    threads: list[str] = []
+    stock_rollback = Connection.rollback
+
+    def spy(self: Any) -> None:
+        threads.append(threading.current_thread().name)
+        stock_rollback(self)
+
+    monkeypatch.setattr(Connection, "rollback", spy)
+
+    async def main() -> None:
+        engine = await _created(spanner_emulator, pool_size=1, max_overflow=0)
+        try:
+            async with engine.connect() as conn:
+
+                def driver_transaction(sync_conn: sa.Connection) -> bool:
+                    # a statement SQLAlchemy does not know of: the driver begins a
+                    # transaction, SQLAlchemy has none to roll back at close
+                    adapted = sync_conn.connection.dbapi_connection
+                    assert adapted is not None
+                    cursor = adapted.cursor()
+                    cursor.execute("SELECT 1")
+                    cursor.fetchall()
+                    return bool(adapted.driver_connection.inside_transaction)
+
+                assert await conn.run_sync(driver_transaction)
+                threads.clear()
+            # the connection is back in the pool: rolled back, on the worker only
+            assert threads and all(t.startswith("sharded-orm-spanner") for t in threads), threads
+            async with engine.connect() as conn:  # the pooled connection works again
+                assert (await conn.execute(sa.text("SELECT 1"))).scalar() == 1
+        finally:
+            await engine.dispose()
+
+    run(main)

@@ -7,7 +7,9 @@ failures it meets are survived or worded (issue 44, the reliability half).
   retries until 120 s; ``timeout=4`` ended at 30.0 s with an error claiming 4 s).
 
 Faults come from ``FaultProxy`` in front of the emulator. Each test prints
-``requested`` and ``observed`` seconds (``pytest -s``) for the closing note.
+``requested`` and ``observed`` seconds (``pytest -s``) for the closing note. The emulator
+cases run through both engines: the sync one, and the async one (``spanner+spanner_async``:
+the same body on ``AsyncEngine.sync_engine`` in SQLAlchemy's greenlet, ``run_through``).
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy.orm import Session
 from test_cli_errors import EchoingDialect
+
+from sharded_orm.testing.async_engines import dispose, run_through
 
 DEADLINE = 4.0
 #: Slack for the client to notice and unwind (the deadline itself is the bound).
@@ -50,6 +54,32 @@ def bound_rows(spanner_emulator: Any, spanner_faults: Any) -> Iterator[tuple[sa.
         spanner_faults.clear()
         engine.dispose()
         direct.dispose()
+
+
+def _database_of(engine: sa.Engine) -> str:
+    return str(engine.url.database).rsplit("/", 1)[-1]
+
+
+def _select_one(engine: sa.Engine) -> None:
+    with engine.connect() as conn:  # a session before any fault
+        assert conn.execute(sa.text("SELECT 1")).scalar() == 1
+
+
+@pytest.fixture
+def bound_rows_async(
+    spanner_emulator: Any, spanner_faults: Any, bound_rows: tuple[sa.Engine, Any, Any]
+) -> Iterator[tuple[Any, Any, Any]]:
+    """``bound_rows``' database through the fault proxy, on an async engine."""
+    engine, proxy, direct = bound_rows
+    async_engine = spanner_faults.emulator(spanner_emulator).async_engine(
+        _database_of(engine), commit_timeout=DEADLINE
+    )
+    run_through(async_engine, _select_one)
+    try:
+        yield async_engine, proxy, direct
+    finally:
+        spanner_faults.clear()
+        dispose(async_engine)
 
 
 def _ids(engine: sa.Engine) -> list[str]:
@@ -96,7 +126,25 @@ WRITES: dict[str, Callable[[sa.Connection], None]] = {
 def test_batched_dml_ends_within_the_statement_s_deadline(
     bound_rows: tuple[sa.Engine, Any, Any], write: str, fault: str
 ) -> None:
-    engine, proxy, direct = bound_rows
+    batched_dml_case(*bound_rows, write, fault)
+
+
+# async variant; quick loop:
+# test_a_lost_session_fails_clearly_through_the_async_engine
+@pytest.mark.slow
+@pytest.mark.emulator
+@pytest.mark.parametrize("fault", ["silent", "aborted"])
+@pytest.mark.parametrize("write", list(WRITES))
+def test_batched_dml_ends_within_the_deadline_through_the_async_engine(
+    bound_rows_async: tuple[Any, Any, Any], write: str, fault: str
+) -> None:
+    async_engine, proxy, direct = bound_rows_async
+    run_through(async_engine, batched_dml_case, proxy, direct, write, fault)
+
+
+def batched_dml_case(
+    engine: sa.Engine, proxy: Any, direct: sa.Engine, write: str, fault: str
+) -> None:
     start = time.monotonic()
     with pytest.raises(sa.exc.OperationalError) as caught, engine.connect() as conn:
         conn = conn.execution_options(timeout=DEADLINE)
@@ -331,6 +379,19 @@ READS: dict[str, Callable[[sa.Engine], list[str]]] = {
 EXPECTED = sorted(r["id"] for r in ROWS)
 
 
+@pytest.fixture
+def lost_rows_async(
+    spanner_emulator: Any, lost_rows: tuple[sa.Engine, sa.Engine]
+) -> Iterator[tuple[Any, sa.Engine]]:
+    """``lost_rows``' database on an async engine, and its admin engine."""
+    engine, admin = lost_rows
+    async_engine = spanner_emulator.async_engine(_database_of(engine))
+    try:
+        yield async_engine, admin
+    finally:
+        dispose(async_engine)
+
+
 @pytest.mark.emulator
 @pytest.mark.parametrize("read", list(READS))
 def test_reads_survive_a_session_spanner_lost(
@@ -338,7 +399,21 @@ def test_reads_survive_a_session_spanner_lost(
 ) -> None:
     """After the server forgot every session the same engine failed 4 of 4 page reads
     with 'Session not found'; now each read runs again on a new session."""
-    engine, admin = lost_rows
+    reads_survive(*lost_rows, read)
+
+
+# async variant; quick loop: test_a_lost_session_fails_clearly_through_the_async_engine
+@pytest.mark.slow
+@pytest.mark.emulator
+@pytest.mark.parametrize("read", list(READS))
+def test_reads_survive_a_lost_session_through_the_async_engine(
+    lost_rows_async: tuple[Any, sa.Engine], read: str
+) -> None:
+    async_engine, admin = lost_rows_async
+    run_through(async_engine, reads_survive, admin, read)
+
+
+def reads_survive(engine: sa.Engine, admin: sa.Engine, read: str) -> None:
     assert READS[read](engine) == EXPECTED  # the engine holds a session now
     assert _forget_every_session(admin) >= 1
     for _ in range(4):
@@ -349,7 +424,20 @@ def test_reads_survive_a_session_spanner_lost(
 def test_a_transaction_s_first_write_survives_a_lost_session(
     lost_rows: tuple[sa.Engine, sa.Engine],
 ) -> None:
-    engine, admin = lost_rows
+    first_write_survives(*lost_rows)
+
+
+# async variant; quick loop: test_a_lost_session_fails_clearly_through_the_async_engine
+@pytest.mark.slow
+@pytest.mark.emulator
+def test_a_first_write_survives_a_lost_session_through_the_async_engine(
+    lost_rows_async: tuple[Any, sa.Engine],
+) -> None:
+    async_engine, admin = lost_rows_async
+    run_through(async_engine, first_write_survives, admin)
+
+
+def first_write_survives(engine: sa.Engine, admin: sa.Engine) -> None:
     assert _read_on_a_connection(engine) == EXPECTED
     _forget_every_session(admin)
     with engine.begin() as conn:
@@ -369,9 +457,31 @@ def test_a_transaction_that_lost_its_session_fails_clearly_and_commits_nothing(
     bound_rows: tuple[sa.Engine, Any, Any], at: str
 ) -> None:
     """Not safe to run again: the transaction's earlier statements were lost with it."""
+    lost_session_case(*bound_rows, at)
+
+
+@pytest.mark.emulator
+def test_a_lost_session_fails_clearly_through_the_async_engine(
+    bound_rows_async: tuple[Any, Any, Any],
+) -> None:
+    async_engine, proxy, direct = bound_rows_async
+    run_through(async_engine, lost_session_case, proxy, direct, "ExecuteBatchDml")
+
+
+# async variant; quick loop: test_a_lost_session_fails_clearly_through_the_async_engine
+@pytest.mark.slow
+@pytest.mark.emulator
+@pytest.mark.parametrize("at", ["ExecuteStreamingSql", "Commit"])
+def test_a_transaction_that_lost_its_session_fails_clearly_through_the_async_engine(
+    bound_rows_async: tuple[Any, Any, Any], at: str
+) -> None:
+    async_engine, proxy, direct = bound_rows_async
+    run_through(async_engine, lost_session_case, proxy, direct, at)
+
+
+def lost_session_case(engine: sa.Engine, proxy: Any, direct: sa.Engine, at: str) -> None:
     from sharded_orm.spanner.connection import SessionLost
 
-    engine, proxy, direct = bound_rows
     with pytest.raises(sa.exc.OperationalError) as caught, engine.begin() as conn:
         conn.execute(sa.text(INSERT), {"id": "t1"})
         proxy.fail(at, "NOT_FOUND", message=LOST)

@@ -8,7 +8,9 @@ statement's own LIMIT. The result of the sharded statement executed directly, of
 (``ORDER BY`` the merge's total order), on SQLite and, with fewer and smaller examples, on
 the Spanner emulator, under every plan of the cost rule (one statement, two rounds, the
 probe), each forced: examples this small fall under the one-statement rule. Also: rows
-inserted between pages.
+inserted between pages. On the emulator both engines: the sync one and the async one
+(``spanner+spanner_async``: the same body on ``AsyncEngine.sync_engine`` in SQLAlchemy's
+greenlet, ``run_through``).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from sharded_orm import (
 )
 from sharded_orm import sharded_select as sharded_select_
 from sharded_orm.read.order import order_columns
+from sharded_orm.testing.async_engines import run_through
 
 T0 = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
 SCORES = [None, -2.25, 0.5, 1.0, 3.75]
@@ -369,19 +372,65 @@ def with_tables(engine: sa.Engine) -> sa.Engine:
     return engine
 
 
+def oracle_on(engine: sa.Engine, ex: dict[str, Any]) -> None:
+    with with_tables(engine).begin() as conn:
+        check_against_oracle(conn, ex)
+
+
+def inserts_on(engine: sa.Engine, ex: dict[str, Any]) -> None:
+    with with_tables(engine).begin() as conn:
+        check_inserts_between_pages(conn, ex)
+
+
+EMULATOR_EXAMPLES = examples(max_rows=16, max_limit=20, min_page=2)
+EMULATOR_INSERTS = inserts.map(
+    lambda ex: {**ex, "rows": ex["rows"][:12], "page": max(2, ex["page"])}
+)
+
+
 @pytest.mark.emulator
 @settings(max_examples=25, deadline=None, suppress_health_check=FIXTURE_OK)
-@given(ex=examples(max_rows=16, max_limit=20, min_page=2))
+@given(ex=EMULATOR_EXAMPLES)
 def test_oracle_on_the_emulator(spanner_engine: sa.Engine, ex: dict[str, Any]) -> None:
-    with with_tables(spanner_engine).begin() as conn:
-        check_against_oracle(conn, ex)
+    oracle_on(spanner_engine, ex)
 
 
 @pytest.mark.emulator
 @settings(max_examples=8, deadline=None, suppress_health_check=FIXTURE_OK)
-@given(ex=inserts.map(lambda ex: {**ex, "rows": ex["rows"][:12], "page": max(2, ex["page"])}))
+@given(ex=EMULATOR_INSERTS)
 def test_inserts_between_pages_on_the_emulator(
     spanner_engine: sa.Engine, ex: dict[str, Any]
 ) -> None:
-    with with_tables(spanner_engine).begin() as conn:
-        check_inserts_between_pages(conn, ex)
+    inserts_on(spanner_engine, ex)
+
+
+# ------------------------------------------------------------ emulator, async engine
+
+
+@pytest.mark.emulator
+@settings(max_examples=2, deadline=None, suppress_health_check=FIXTURE_OK)
+@given(ex=EMULATOR_EXAMPLES)
+def test_oracle_through_the_async_engine(spanner_async_engine: Any, ex: dict[str, Any]) -> None:
+    run_through(spanner_async_engine, oracle_on, ex)
+
+
+# async variant; quick loop: test_oracle_through_the_async_engine
+@pytest.mark.slow
+@pytest.mark.emulator
+@settings(max_examples=25, deadline=None, suppress_health_check=FIXTURE_OK)
+@given(ex=EMULATOR_EXAMPLES)
+def test_oracle_through_the_async_engine_wide(
+    spanner_async_engine: Any, ex: dict[str, Any]
+) -> None:
+    run_through(spanner_async_engine, oracle_on, ex)
+
+
+# async variant; quick loop: test_oracle_through_the_async_engine
+@pytest.mark.slow
+@pytest.mark.emulator
+@settings(max_examples=8, deadline=None, suppress_health_check=FIXTURE_OK)
+@given(ex=EMULATOR_INSERTS)
+def test_inserts_between_pages_through_the_async_engine(
+    spanner_async_engine: Any, ex: dict[str, Any]
+) -> None:
+    run_through(spanner_async_engine, inserts_on, ex)

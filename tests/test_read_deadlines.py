@@ -207,3 +207,60 @@ def test_upstream_dbapi_passes_no_deadline_and_reads_through_these_seams() -> No
     assert "self.connection.database.snapshot(" in dql
     run = inspect.getsource(Connection.run_statement)
     assert "timeout" not in run and "self.transaction_checkout()" in run
+
+
+# ---- through the async engine (spanner+spanner_async): the same bodies, in its greenlet
+
+
+@pytest.fixture
+def faulty_async(
+    spanner_emulator: Any, spanner_faults: Any, faulty: tuple[sa.Engine, Any]
+) -> Iterator[tuple[Any, Any]]:
+    """``faulty``'s database through the fault proxy, on an async engine."""
+    from sharded_orm.testing.async_engines import dispose, run_through
+
+    engine, proxy = faulty
+    database_id = str(engine.url.database).rsplit("/", 1)[-1]
+    async_engine = spanner_faults.emulator(spanner_emulator).async_engine(database_id)
+    run_through(async_engine, _read, sa.text("SELECT 1"))  # warm before faults
+    try:
+        yield async_engine, proxy
+    finally:
+        proxy.clear()
+        proxy.come_back()
+        dispose(async_engine)
+
+
+def _through_async(faulty_async: tuple[Any, Any], body: Any, *args: Any) -> None:
+    from sharded_orm.testing.async_engines import run_through
+
+    async_engine, proxy = faulty_async
+    run_through(async_engine, lambda engine: body((engine, proxy), *args))
+
+
+def test_silent_server_mid_result_through_the_async_engine(
+    faulty_async: tuple[Any, Any],
+) -> None:
+    _through_async(faulty_async, test_silent_server_mid_result)
+
+
+# async variant; quick loop: test_silent_server_mid_result_through_the_async_engine
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("body", "args"),
+    [
+        (test_merged_and_page_end_within_the_connection_s_deadline, ("merged",)),
+        (test_merged_and_page_end_within_the_connection_s_deadline, ("page",)),
+        (test_big_reads_stream_in_several_messages, ()),
+        (test_silent_server_before_the_first_row, ()),
+        (test_silent_server_in_a_session_transaction, ()),
+        (test_a_cut_stream_is_resumed, ()),
+        (test_a_cut_stream_with_the_server_gone_fails_within_the_deadline, ()),
+        (test_a_stopped_server_fails_within_the_deadline, ()),
+    ],
+    ids=lambda v: v.__name__ if callable(v) else "-".join(v),
+)
+def test_read_deadlines_through_the_async_engine(
+    faulty_async: tuple[Any, Any], body: Any, args: tuple[str, ...]
+) -> None:
+    _through_async(faulty_async, body, *args)

@@ -88,7 +88,16 @@ WAYS: dict[str, Callable[[sa.Engine, Any, bool], None]] = {
 
 
 @pytest.mark.emulator
-@pytest.mark.parametrize("way", list(WAYS))
+@pytest.mark.parametrize(
+    "way",
+    [
+        "connection",
+        # the same replay under the same deadline, waited for again (seconds); quick loop:
+        # test_a_replay_on_a_silent_server_ends_within_the_statement_s_deadline[connection],
+        # test_a_replay_that_succeeds_still_succeeds[session]
+        pytest.param("session", marks=pytest.mark.slow),
+    ],
+)
 def test_a_replay_on_a_silent_server_ends_within_the_statement_s_deadline(
     events: tuple[sa.Engine, Any, Any], way: str
 ) -> None:
@@ -223,7 +232,9 @@ def test_our_connect_makes_the_connection_the_stock_one_makes(
     ours = connect(*args, client=spanner_emulator.client, **cparams)
     stock = stock_connect(*args, client=spanner_emulator.client, **cparams)
     assert type(ours) is ShardedConnection
-    mine = {k: v for k, v in vars(ours).items() if k not in ("deadline", "replay_gave_up")}
+    mine = {
+        k: v for k, v in vars(ours).items() if k not in ("deadline", "replay_gave_up", "run_owned")
+    }
     theirs = vars(stock)
     assert sorted(mine) == sorted(theirs)
     for name, value in theirs.items():
@@ -231,3 +242,59 @@ def test_our_connect_makes_the_connection_the_stock_one_makes(
             continue
         assert mine[name] == value, name
     assert ours.database.name == stock.database.name
+
+
+# ---- through the async engine (spanner+spanner_async): the same bodies, in its greenlet
+
+
+@pytest.fixture
+def events_async(
+    spanner_emulator: Any, spanner_faults: Any, events: tuple[sa.Engine, Any, Any]
+) -> Iterator[tuple[Any, Any, Any]]:
+    """``events``' database through the fault proxy, on an async engine."""
+    from sharded_orm.testing.async_engines import dispose, run_through
+
+    engine, proxy, direct = events
+    database_id = str(engine.url.database).rsplit("/", 1)[-1]
+    async_engine = spanner_faults.emulator(spanner_emulator).async_engine(
+        database_id, commit_timeout=DEADLINE
+    )
+    run_through(async_engine, _ids)  # warm the pool and a session before any fault
+    try:
+        yield async_engine, proxy, direct
+    finally:
+        proxy.clear()
+        dispose(async_engine)
+
+
+def _through_async(events_async: tuple[Any, Any, Any], body: Any, *args: Any) -> None:
+    from sharded_orm.testing.async_engines import run_through
+
+    async_engine, proxy, direct = events_async
+    run_through(async_engine, lambda engine: body((engine, proxy, direct), *args))
+
+
+@pytest.mark.emulator
+def test_a_replay_that_succeeds_through_the_async_engine(
+    events_async: tuple[Any, Any, Any],
+) -> None:
+    _through_async(events_async, test_a_replay_that_succeeds_still_succeeds, "session")
+
+
+# async variant; quick loop: test_a_replay_that_succeeds_through_the_async_engine
+@pytest.mark.slow
+@pytest.mark.emulator
+@pytest.mark.parametrize(
+    ("body", "args"),
+    [
+        (test_a_replay_on_a_silent_server_ends_within_the_statement_s_deadline, ("connection",)),
+        (test_a_replay_on_a_silent_server_ends_within_the_statement_s_deadline, ("session",)),
+        (test_a_replay_that_succeeds_still_succeeds, ("connection",)),
+        (test_a_replay_at_commit_ends_within_commit_timeout, ()),
+    ],
+    ids=lambda v: v.__name__ if callable(v) else "-".join(v),
+)
+def test_replays_through_the_async_engine(
+    events_async: tuple[Any, Any, Any], body: Any, args: tuple[str, ...]
+) -> None:
+    _through_async(events_async, body, *args)

@@ -9,7 +9,9 @@ DO NOTHING, DO UPDATE; Spanner: insert_or_ignore, insert_or_update), key-changin
 (SQLite; Spanner refuses to update a key column), SQL defaults (``Noted``, ``Token``).
 Two successors: ``MirrorNotes16``, whose key follows from the old key, and ``MirrorLogs16``, whose
 key is a shard of columns an UPDATE changes without touching the old key. Writes that
-collide on a key fail and roll back, as they would in an application."""
+collide on a key fail and roll back, as they would in an application. On Spanner through
+both engines: the sync one, and the async one (``spanner+spanner_async``: the same body on
+``AsyncEngine.sync_engine`` in SQLAlchemy's greenlet, ``run_through``)."""
 
 from __future__ import annotations
 
@@ -23,6 +25,8 @@ from hypothesis import strategies as st
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.orm import Session
 from successor_models import assert_mirrored, logs, notes
+
+from sharded_orm.testing.async_engines import run_through
 
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
 Note, Note16, NOTES = notes()
@@ -225,13 +229,11 @@ def test_every_write_path_leaves_both_tables_equal_on_sqlite(ops: list[tuple[str
     engine.dispose()
 
 
-@pytest.mark.emulator
-def test_every_write_path_leaves_both_tables_equal_on_spanner(spanner_engine: sa.Engine) -> None:
-    engine = spanner_engine
+def on_spanner(engine: sa.Engine, examples: int) -> None:
     NOTES.create_all(engine)
     LOGS.create_all(engine)
 
-    @settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck))
+    @settings(max_examples=examples, deadline=None, suppress_health_check=list(HealthCheck))
     @given(_ops(ANY))
     def oracle(ops: list[tuple[str, Any]]) -> None:
         with engine.begin() as c:
@@ -240,3 +242,22 @@ def test_every_write_path_leaves_both_tables_equal_on_spanner(spanner_engine: sa
         check(engine, ops)
 
     oracle()
+
+
+@pytest.mark.emulator
+def test_every_write_path_leaves_both_tables_equal_on_spanner(spanner_engine: sa.Engine) -> None:
+    on_spanner(spanner_engine, 15)
+
+
+@pytest.mark.emulator
+def test_both_tables_equal_through_the_async_engine(spanner_async_engine: Any) -> None:
+    run_through(spanner_async_engine, on_spanner, 3)
+
+
+# async variant; quick loop: test_both_tables_equal_through_the_async_engine
+@pytest.mark.slow
+@pytest.mark.emulator
+def test_every_write_path_leaves_both_tables_equal_through_the_async_engine(
+    spanner_async_engine: Any,
+) -> None:
+    run_through(spanner_async_engine, on_spanner, 15)

@@ -218,6 +218,15 @@ def test_a_failed_read_on_spanner_records_no_bound_value(
     _check_error_span(otel, error, [tenant])
 
 
+@pytest.mark.emulator
+def test_a_failed_read_through_the_async_engine_records_no_bound_value(
+    spanner_async_engine: Any, otel: Recorded
+) -> None:
+    from sharded_orm.testing.async_engines import run_through
+
+    run_through(spanner_async_engine, test_a_failed_read_on_spanner_records_no_bound_value, otel)
+
+
 def test_the_librarys_own_refusals_keep_their_words(otel: Recorded) -> None:
     engine = sa.create_engine("sqlite://")
     Base.metadata.create_all(engine)
@@ -577,3 +586,20 @@ def _figure_of(values: list[int], shards: int) -> skew.SkewFigure:
     shard, busiest = max(counts.items(), key=lambda kv: (kv[1], -kv[0]))
     rows = len(values)
     return skew.SkewFigure("T", "S", shards, rows, busiest, shard, busiest * shards / rows, 60.0)
+
+
+# async variant; quick loop: test_a_failed_read_through_the_async_engine_records_no_bound_value
+@pytest.mark.slow
+@pytest.mark.emulator
+@pytest.mark.parametrize(
+    "body",
+    [test_a_backfill_on_spanner_reports_no_key, test_a_tampered_cursor_is_a_refused_page_span],
+    ids=lambda body: body.__name__,
+)
+def test_no_leak_through_the_async_engine(
+    spanner_async_engine: Any, otel: Recorded, monkeypatch: pytest.MonkeyPatch, body: Any
+) -> None:
+    from sharded_orm.testing.async_engines import run_through
+
+    extra = [monkeypatch] if body is test_a_backfill_on_spanner_reports_no_key else []
+    run_through(spanner_async_engine, body, otel, *extra)

@@ -26,6 +26,7 @@ from sharded_orm import (
 )
 from sharded_orm.retry import RetryPolicy, TransientError, retry_call
 from sharded_orm.telemetry import operation
+from sharded_orm.testing.async_engines import run_through
 
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
 
@@ -317,3 +318,31 @@ def test_a_failed_read_records_its_error_and_retries(
     span = otel.span("merged Pings")
     assert span.attributes["error.type"] == "sharded_orm.errors.ShardReadError"
     assert span.attributes["sharded_orm.consistency_retries"] == 2  # 3 attempts in all
+
+
+# ---- through the async engine (spanner+spanner_async): the same bodies, in its greenlet
+
+
+@pytest.mark.emulator
+def test_a_merged_read_through_the_async_engine_is_a_span(
+    spanner_async_engine: Any, otel: Recorded
+) -> None:
+    run_through(spanner_async_engine, test_a_merged_read_is_a_span_with_what_it_cost, otel)
+
+
+# async variant; quick loop: test_a_merged_read_through_the_async_engine_is_a_span
+@pytest.mark.slow
+@pytest.mark.emulator
+@pytest.mark.parametrize(
+    "body",
+    [
+        test_the_reshard_copy_is_a_span,
+        test_every_write_path_feeds_the_skew_gauge,
+        test_a_page_walk_is_one_span_a_page,
+    ],
+    ids=lambda body: body.__name__,
+)
+def test_spans_through_the_async_engine(
+    spanner_async_engine: Any, otel: Recorded, body: Any
+) -> None:
+    run_through(spanner_async_engine, body, otel)

@@ -18,7 +18,10 @@ nothing. A write that plain SQLAlchemy itself refuses must fail too.
 
 The backend is a dimension: SQLite (in memory, a database per example) and the Spanner
 emulator (one database a module, shared by every example, each with tables of its own
-names, so an example costs its DDL and its writes, not a database).
+names, so an example costs its DDL and its writes, not a database), reached through the
+sync engine or through the async one (``spanner_async``: the same ``check`` run on
+``AsyncEngine.sync_engine`` in SQLAlchemy's greenlet, every DB-API call through the async
+dialect's adapter).
 """
 
 from __future__ import annotations
@@ -26,10 +29,11 @@ from __future__ import annotations
 import datetime as dt
 import enum
 import itertools
+import math
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from decimal import Decimal
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 import sqlalchemy as sa
@@ -56,6 +60,7 @@ from write_features import (
 from sharded_orm import UTCDateTime, declare_successor, get_shard_column, shard_column
 from sharded_orm.errors import ShardingError
 
+_T = TypeVar("_T")
 T0 = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
 D0 = dt.date(2024, 1, 1)
 NAIVE0 = dt.datetime(2024, 1, 1, 12, 30)
@@ -397,6 +402,10 @@ class Backend:
     def suffix(self) -> str:
         return ""
 
+    def run(self, fn: Callable[..., _T], *args: Any) -> _T:
+        """``fn(*args)`` where this backend's engines work (the async one: in a greenlet)."""
+        return fn(*args)
+
 
 class SpannerBackend(Backend):
     """One emulator database for a module: every example makes tables of its own names
@@ -417,6 +426,26 @@ class SpannerBackend(Backend):
     def suffix(self) -> str:
         self.made += 1
         return f"_{self.made}"
+
+
+class AsyncSpannerBackend(SpannerBackend):
+    """The module's emulator database through an ``AsyncEngine``: the examples run on its
+    ``sync_engine`` in SQLAlchemy's greenlet (``run_through``), tables of their own names."""
+
+    name = "spanner_async"
+
+    def __init__(self, async_engine: Any) -> None:
+        super().__init__(async_engine.sync_engine)
+        self.async_engine = async_engine
+
+    def suffix(self) -> str:
+        self.made += 1
+        return f"_a{self.made}"
+
+    def run(self, fn: Callable[..., _T], *args: Any) -> _T:
+        from sharded_orm.testing.async_engines import run_through
+
+        return run_through(self.async_engine, lambda _engine: fn(*args))
 
 
 SQLITE = Backend()
@@ -593,7 +622,7 @@ def test_every_pair(ex: dict[str, Any]) -> None:
 
 
 def test_the_space() -> None:
-    assert len(list(itertools.product(*dimensions().values()))) > 1_000_000
+    assert math.prod(len(entries) for entries in dimensions().values()) > 1_000_000
     assert set(ONLY_ON) <= set(WRITE_PATHS)
     assert {ONLY_ON.get(p) for p in WRITE_PATHS} <= {None, *dimensions()["backend"]}
 
@@ -609,6 +638,18 @@ def spanner(request: pytest.FixtureRequest) -> Iterator[SpannerBackend]:
     engine = emulator.engine(emulator.create_database())
     yield SpannerBackend(engine)
     engine.dispose()
+
+
+@pytest.fixture(scope="module")
+def spanner_async(request: pytest.FixtureRequest) -> Iterator[AsyncSpannerBackend]:
+    """The module's emulator database (``spanner``'s) through an async engine."""
+    from sharded_orm.testing.async_engines import dispose
+
+    emulator = request.getfixturevalue("spanner_emulator")
+    database_id = request.getfixturevalue("spanner").engine.url.database.rsplit("/", 1)[-1]
+    async_engine = emulator.async_engine(database_id)
+    yield AsyncSpannerBackend(async_engine)
+    dispose(async_engine)
 
 
 #: the named examples every quick run makes on the emulator: each Spanner-only entry,
@@ -633,14 +674,42 @@ ON_SPANNER = [
 ]
 
 
-@pytest.mark.emulator
-@pytest.mark.parametrize("part", ON_SPANNER, ids=lambda p: "-".join(map(str, list(p.values())[:3])))
-def test_named_examples_on_spanner(spanner: SpannerBackend, part: dict[str, Any]) -> None:
+def named_example(backend: SpannerBackend, part: dict[str, Any]) -> None:
     part = dict(part)
     expect = part.pop("expect", "exact")
-    out = check(BASE | {"backend": "spanner"} | part, spanner)
-    _record(out, spanner)
+    out = backend.run(check, BASE | {"backend": backend.name} | part, backend)
+    _record(out, backend)
     assert out.startswith(expect), out
+
+
+def _named_id(part: dict[str, Any]) -> str:
+    return "-".join(map(str, list(part.values())[:3]))
+
+
+@pytest.mark.emulator
+@pytest.mark.parametrize("part", ON_SPANNER, ids=_named_id)
+def test_named_examples_on_spanner(spanner: SpannerBackend, part: dict[str, Any]) -> None:
+    named_example(spanner, part)
+
+
+#: the named example the quick loop runs through the async engine: a Spanner-only path,
+#: the generated shard and a successor (dual writes) in one
+ASYNC_QUICK = ON_SPANNER[1]
+
+
+@pytest.mark.emulator
+def test_a_named_example_through_the_async_engine(spanner_async: AsyncSpannerBackend) -> None:
+    named_example(spanner_async, ASYNC_QUICK)
+
+
+# async variant; quick loop: test_a_named_example_through_the_async_engine
+@pytest.mark.slow
+@pytest.mark.emulator
+@pytest.mark.parametrize("part", [p for p in ON_SPANNER if p is not ASYNC_QUICK], ids=_named_id)
+def test_named_examples_through_the_async_engine(
+    spanner_async: AsyncSpannerBackend, part: dict[str, Any]
+) -> None:
+    named_example(spanner_async, part)
 
 
 # drawn pairs on the emulator; quick loop: test_named_examples_on_spanner, test_write_pair_oracle
@@ -658,6 +727,17 @@ def test_write_pair_oracle_on_spanner(spanner: SpannerBackend, ex: dict[str, Any
 @given(example("spanner"))
 def test_write_pair_oracle_on_spanner_wide(spanner: SpannerBackend, ex: dict[str, Any]) -> None:
     _record(check(ex, spanner), spanner)
+
+
+# async variant; quick loop: test_a_named_example_through_the_async_engine
+@pytest.mark.slow
+@pytest.mark.emulator
+@settings(max_examples=8, deadline=None, suppress_health_check=list(HealthCheck))
+@given(example("spanner_async"))
+def test_write_pair_oracle_through_the_async_engine(
+    spanner_async: AsyncSpannerBackend, ex: dict[str, Any]
+) -> None:
+    _record(spanner_async.run(check, ex, spanner_async), spanner_async)
 
 
 # ------------------------------------------------------- what the oracle found, named

@@ -12,8 +12,13 @@ from __future__ import annotations
 from typing import Any
 
 #: where the writes run: SQLite in memory, or the Spanner emulator (one database a
-#: module, a table set of its own for each example)
-BACKENDS = ["sqlite", "spanner"]
+#: module, a table set of its own for each example) through the sync engine or through
+#: the async one (``spanner+spanner_async``: the same writes, run in SQLAlchemy's greenlet)
+BACKENDS = ["sqlite", "spanner", "spanner_async"]
+
+#: the database a backend writes to, where it is another backend's (what it has is that
+#: database's: the async engine writes to Spanner)
+DATABASE_OF = {"spanner_async": "spanner"}
 
 #: a successor declared (a key reshard between its expand and its contract), or not
 SUCCESSOR = [False, True]
@@ -112,18 +117,25 @@ SPANNER_BATCH = [1, 3, 40, 120, 140]
 TYPE_ONLY_ON: dict[str, str] = {}
 
 
+def database(backend: str) -> str:
+    """The database ``backend`` writes to (``spanner_async``: ``spanner``)."""
+    return DATABASE_OF.get(backend, backend)
+
+
 def source_types(backend: str) -> list[str]:
     """The source types ``backend`` has."""
-    return [t for t in SOURCE_TYPES if TYPE_ONLY_ON.get(t, backend) == backend]
+    db = database(backend)
+    return [t for t in SOURCE_TYPES if TYPE_ONLY_ON.get(t, db) == db]
 
 
 def write_paths(backend: str) -> list[str]:
     """The write paths ``backend`` has."""
-    return [p for p in WRITE_PATHS if ONLY_ON.get(p, backend) == backend]
+    db = database(backend)
+    return [p for p in WRITE_PATHS if ONLY_ON.get(p, db) == db]
 
 
 def batches(backend: str) -> list[int]:
-    return SPANNER_BATCH if backend == "spanner" else BATCH
+    return SPANNER_BATCH if database(backend) == "spanner" else BATCH
 
 
 def dimensions() -> dict[str, list[Any]]:

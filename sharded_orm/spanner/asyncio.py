@@ -31,26 +31,19 @@ import contextvars
 import functools
 import threading
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from sqlalchemy import exc
-from sqlalchemy import util as _sa_util
 from sqlalchemy.engine.interfaces import AdaptedConnection
 from sqlalchemy.pool import AsyncAdaptedQueuePool, Pool
 
+from sharded_orm.greenlets import await_here
 from sharded_orm.spanner.connection import connect as _connect
 from sharded_orm.spanner.dialect import SpannerDialect, SpannerExecutionContext
 
 _T = TypeVar("_T")
-
-#: SQLAlchemy's "await this from sync code running in a greenlet": ``await_`` since 2.1,
-#: ``await_only`` on 2.0 (kept as a deprecated alias in 2.1).
-_await: Callable[[Awaitable[Any]], Any] = (
-    vars(_sa_util).get("await_") or vars(_sa_util)["await_only"]
-)
-
 
 #: ``on_worker`` is True in a worker thread while it runs a call
 _local = threading.local()
@@ -83,7 +76,7 @@ class _Worker:
 
     def run(self, fn: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
         """``fn(*args, **kwargs)`` on the worker, awaited from SQLAlchemy's greenlet."""
-        result: _T = _await(self.call(fn, *args, **kwargs))
+        result: _T = await_here(self.call(fn, *args, **kwargs))
         return result
 
     def later(self, fn: Callable[..., Any], *args: Any) -> None:
@@ -94,6 +87,18 @@ class _Worker:
     def stop(self) -> None:
         """No new calls; the thread ends after the calls already given to it."""
         self._executor.shutdown(wait=False)
+
+
+def _on_its_worker(worker: _Worker, call: Callable[[], None]) -> None:
+    """``call`` on ``worker``, awaited; here if this is the worker, or if no greenlet can
+    await it (a connection closed by garbage collection, outside the event loop)."""
+    if on_worker():
+        call()
+        return
+    try:
+        worker.run(call)
+    except exc.MissingGreenlet:
+        call()
 
 
 class AsyncAdaptedCursor:
@@ -286,6 +291,9 @@ class AsyncSpannerDialect(SpannerDialect):
         except BaseException:
             worker.stop()
             raise
+        # a rollback made by someone else than this dialect (sqlalchemy-spanner's pool
+        # ``reset`` hook, on every Pool, rolls the driver back itself) runs on the worker
+        driver.run_owned = functools.partial(_on_its_worker, worker)
         return AsyncAdaptedConnection(driver, worker)
 
     def get_driver_connection(self, connection: Any) -> Any:

@@ -38,6 +38,7 @@ transaction sends nothing (``tests/test_call_bounds.py``).
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
 from contextlib import suppress
 from typing import Any
 
@@ -137,6 +138,10 @@ class ShardedConnection(Connection):  # type: ignore[misc]
         self.deadline: StatementDeadline | None = None
         #: a replay ran out of time: the transaction is over on the server's side
         self.replay_gave_up = False
+        #: where this connection's calls belong when something other than the dialect
+        #: makes them (sqlalchemy-spanner's pool ``reset`` hook rolls back the driver
+        #: itself): the async dialect sets its worker's runner; None runs them here
+        self.run_owned: Callable[[Callable[[], None]], None] | None = None
 
     def cursor(self) -> ShardedCursor:
         """A cursor under the deadline of the call under way (the DB-API's replay opens
@@ -144,6 +149,12 @@ class ShardedConnection(Connection):  # type: ignore[misc]
         if self.is_closed:
             raise InterfaceError("Connection is already closed")
         return ShardedCursor(self, self.deadline)
+
+    def deadline_cursor(self, seconds: float | None) -> ShardedCursor:
+        """A cursor for one statement under ``seconds`` (its ``timeout``): the dialect's
+        ``create_cursor`` asks the connection, so the dialect module need not import
+        this one (it loads at the first connect, not at ``create_engine``)."""
+        return ShardedCursor(self, seconds)
 
     def drop_lost_session(self, exc: BaseException) -> None:
         """Forget the session Spanner lost, and the transaction on it: the next statement
@@ -204,6 +215,12 @@ class ShardedConnection(Connection):  # type: ignore[misc]
             self._spanner_transaction_started = False
 
     def rollback(self) -> None:
+        if self.run_owned is not None:
+            self.run_owned(self._rollback_here)
+        else:
+            self._rollback_here()
+
+    def _rollback_here(self) -> None:
         self._forget_given_up()
         try:
             super().rollback()

@@ -242,6 +242,21 @@ class Emulator:
         connect_args.setdefault("client", self.client)
         return sa.create_engine(self.url(database_id), connect_args=connect_args, **kwargs)
 
+    def async_url(self, database_id: str) -> str:
+        """The ``create_async_engine`` URL of a database on this emulator
+        (``spanner+spanner_async://``, our async dialect)."""
+        return self.url(database_id).replace("spanner+spanner:", "spanner+spanner_async:", 1)
+
+    def async_engine(self, database_id: str, **kwargs: Any) -> Any:
+        """A SQLAlchemy ``AsyncEngine`` on a database of this emulator (through
+        :attr:`client`, as :meth:`engine`); dispose of it with ``await engine.dispose()``
+        or :func:`sharded_orm.testing.async_engines.dispose`."""
+        from sqlalchemy.ext.asyncio import create_async_engine
+
+        connect_args = dict(kwargs.pop("connect_args", {}))
+        connect_args.setdefault("client", self.client)
+        return create_async_engine(self.async_url(database_id), connect_args=connect_args, **kwargs)
+
     def stop(self, timeout: float = 10.0) -> None:
         """Stop the emulator we started, by PID: terminate, then kill after ``timeout``.
 
