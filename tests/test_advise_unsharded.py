@@ -205,6 +205,12 @@ def test_bursts_get_more_shards_than_a_steady_rate_of_the_same_mean(
     assert summary["model"] == f'shard_column("created_at", count={count})'
 
 
+#: the emulator case reads the same rows through Spanner, as the other tests here do on
+#: both; quick loop: test_the_columns_to_hash_and_the_index_can_be_named on SQLite
+SQLITE_QUICK = ["sqlite", pytest.param("spanner", marks=[pytest.mark.emulator, pytest.mark.slow])]
+
+
+@pytest.mark.parametrize("db", SQLITE_QUICK, indirect=True)
 def test_the_columns_to_hash_and_the_index_can_be_named(
     app: Any, db: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:

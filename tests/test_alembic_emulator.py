@@ -339,6 +339,10 @@ def test_reshard_8_to_16_expand_then_contract(project: Any) -> None:
     print(f"reshard expand of {ROWS} rows: {upgrade_s:.1f}s")
 
 
+# expand, old writers, contract: 3 revisions upgraded (a journey); quick loop:
+# test_one_step_reshard_is_written_as_expand_and_contract,
+# test_verify_pass_fixes_rows_old_code_changed
+@pytest.mark.slow
 def test_nullable_expand_lets_old_writers_insert_until_the_contract(project: Any) -> None:
     """docs/migrations.md, 'Writers': a new shard column declared nullable=True stays
     nullable (for good: Spanner cannot change NOT NULL of an indexed column); rows old

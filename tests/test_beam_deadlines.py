@@ -33,6 +33,10 @@ def _count(engine: sa.Engine) -> int:
         return int(conn.execute(sa.select(sa.func.count()).select_from(CrcLogEntry)).scalar_one())
 
 
+# a pipeline waited for until its commit deadline (seconds); quick loop:
+# test_silent_server_mid_read_fails_the_pipeline_in_time (the pipeline's deadline, on a read),
+# test_commit_deadlines.py::test_a_commit_that_does_not_finish_ends_in_time_with_its_outcome_unknown
+@pytest.mark.slow
 def test_silent_server_at_a_commit_fails_the_pipeline_in_time(
     proxied_db: Any, spanner_faults: Any
 ) -> None:

@@ -176,13 +176,34 @@ def _urls(password: str) -> list[str]:
 
 
 @settings(
-    max_examples=25,
+    max_examples=10,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 @given(odd=ODD)
 def test_no_password_reaches_stdout_stderr_or_an_exception(
     odd: str, models_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    no_password_reaches_stdout_stderr_or_an_exception(odd, capsys)
+
+
+# the check's wide variant (many drawn passwords); quick loop:
+# test_no_password_reaches_stdout_stderr_or_an_exception
+@pytest.mark.slow
+@settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(odd=ODD)
+def test_no_password_reaches_stdout_stderr_or_an_exception_wide(
+    odd: str, models_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    no_password_reaches_stdout_stderr_or_an_exception(odd, capsys)
+
+
+def no_password_reaches_stdout_stderr_or_an_exception(
+    odd: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     import sharded_orm
     from sharded_orm.checks import render_url

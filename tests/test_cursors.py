@@ -174,15 +174,38 @@ def fuzz_db() -> Iterator[sa.Engine]:
     eng.dispose()
 
 
+#: what the fuzz draws: fields edited in a cursor's body, a key, text for a whole cursor
+FUZZ = {
+    "edits": st.dictionaries(st.sampled_from(["q", "v", "n", "h", "x"]), json_values, max_size=3),
+    "item": st.lists(json_values, max_size=4),
+    "text": st.text(max_size=40),
+}
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(**FUZZ)
+def test_fuzzed_cursors_are_a_page_or_a_cursor_error(
+    fuzz_db: sa.Engine, edits: dict[str, Any], item: list[Any], text: str
+) -> None:
+    a_page_or_a_cursor_error(fuzz_db, edits, item, text)
+
+
+# the fuzz's wide variant (many drawn cursors); quick loop:
+# test_fuzzed_cursors_are_a_page_or_a_cursor_error
+@pytest.mark.slow
 @settings(
     max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
-@given(
-    edits=st.dictionaries(st.sampled_from(["q", "v", "n", "h", "x"]), json_values, max_size=3),
-    item=st.lists(json_values, max_size=4),
-    text=st.text(max_size=40),
-)
-def test_fuzzed_cursors_are_a_page_or_a_cursor_error(
+@given(**FUZZ)
+def test_fuzzed_cursors_are_a_page_or_a_cursor_error_wide(
+    fuzz_db: sa.Engine, edits: dict[str, Any], item: list[Any], text: str
+) -> None:
+    a_page_or_a_cursor_error(fuzz_db, edits, item, text)
+
+
+def a_page_or_a_cursor_error(
     fuzz_db: sa.Engine, edits: dict[str, Any], item: list[Any], text: str
 ) -> None:
     stmt = newest().limit(30)

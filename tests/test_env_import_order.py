@@ -260,7 +260,17 @@ ENGINE_BEFORE_ALEMBIC = [
 ]
 
 
-@pytest.mark.parametrize("env_kind", ["engine_module_first", "engine_module_first_stock_recipe"])
+#: the env.py kinds of the engine-first test; the stock recipe (the same import order with
+#: the app's own impl, an alembic upgrade subprocess) is slow; quick loop:
+#: test_engine_made_before_alembic_is_imported[engine_module_first], and for the app's impl
+#: test_alembic_user_impl.py's autogenerate test, in both orders
+ENGINE_FIRST_ENVS = [
+    "engine_module_first",
+    pytest.param("engine_module_first_stock_recipe", marks=pytest.mark.slow),
+]
+
+
+@pytest.mark.parametrize("env_kind", ENGINE_FIRST_ENVS)
 def test_engine_made_before_alembic_is_imported(
     env_kind: str, tmp_path: Path, spanner_emulator: Any
 ) -> None:

@@ -282,11 +282,26 @@ def sqlite_engine() -> Iterator[sa.Engine]:
 FIXTURE_OK = [HealthCheck.function_scoped_fixture]
 
 
-@settings(max_examples=250, deadline=None, suppress_health_check=FIXTURE_OK)
+@settings(max_examples=80, deadline=None, suppress_health_check=FIXTURE_OK)
 @given(ex=examples(max_rows=20))
 def test_refused_or_the_unsharded_answer_on_sqlite(
     sqlite_engine: sa.Engine, ex: dict[str, Any]
 ) -> None:
+    refused_or_the_unsharded_answer(sqlite_engine, ex)
+
+
+# the oracle's wide variant (many drawn examples); quick loop:
+# test_refused_or_the_unsharded_answer_on_sqlite
+@pytest.mark.slow
+@settings(max_examples=250, deadline=None, suppress_health_check=FIXTURE_OK)
+@given(ex=examples(max_rows=20))
+def test_refused_or_the_unsharded_answer_on_sqlite_wide(
+    sqlite_engine: sa.Engine, ex: dict[str, Any]
+) -> None:
+    refused_or_the_unsharded_answer(sqlite_engine, ex)
+
+
+def refused_or_the_unsharded_answer(sqlite_engine: sa.Engine, ex: dict[str, Any]) -> None:
     with sqlite_engine.connect() as conn:
         reset(conn, ex)
         check(sqlite_engine, conn, ex)

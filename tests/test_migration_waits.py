@@ -276,6 +276,10 @@ def test_schema_change_waits_for_an_open_transaction_then_applies(
     assert _state(database) == ([second], ["EventsByKind"])
 
 
+# a migration refused until its DDL timeout, waited for (seconds) then rerun; quick loop:
+# test_a_database_busy_until_the_deadline_gives_one_clear_error (the same wait and error),
+# test_schema_change_waits_for_an_open_transaction_then_applies (the wait on the emulator)
+@pytest.mark.slow
 @pytest.mark.emulator
 def test_a_database_busy_past_the_deadline_gives_one_clear_error(
     tmp_path: Path, spanner_emulator: Any, spanner_faults: Any, monkeypatch: Any

@@ -353,7 +353,7 @@ def _report() -> Iterator[None]:
             print(f"  {n:5d}  {outcome}")
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
 @given(example())
 def test_read_surface_oracle(ex: dict[str, Any]) -> None:
     outcome = check(ex)
@@ -504,7 +504,7 @@ def _on_spanner(models: dict[tuple[str, str, bool], Models], ex: dict[str, Any])
 
 
 @pytest.mark.emulator
-@settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck))
 @given(spanner_example())
 def test_read_surface_oracle_on_spanner(
     spanner_models: dict[tuple[str, str, bool], Models], ex: dict[str, Any]

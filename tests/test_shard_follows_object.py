@@ -483,10 +483,12 @@ class KeyedTransitions(Transitions):
     model = Keyed
 
 
-def _case(machine: type[Transitions]) -> Any:
+def _case(machine: type[Transitions], runs: int = 12) -> Any:
+    """The machine's test case: ``runs`` runs of up to 20 steps (each access to
+    ``machine.TestCase`` makes a new class, so a quick and a wide case coexist)."""
     case = machine.TestCase
     case.settings = settings(
-        max_examples=40,
+        max_examples=runs,
         stateful_step_count=20,
         deadline=None,
         suppress_health_check=[HealthCheck.too_slow],
@@ -523,3 +525,24 @@ def _upper(mapper: Any, connection: Any, target: Any) -> None:
 
 
 TestListenedTransitions = _case(ListenedTransitions)
+
+
+# the machine's wide run (40 runs, the quick loop's TestTransitions has 12); quick loop:
+# test_flushed_rolled_back_re_added_then_changed, test_expunged_and_re_added_objects_keep_following
+@pytest.mark.slow
+class TestTransitionsWide(_case(Transitions, runs=40)):
+    pass
+
+
+# the machine's wide run (40 runs, the quick loop's TestKeyedTransitions has 12); quick loop:
+# test_flushed_rolled_back_re_added_then_changed, test_make_transient_copy_with_a_new_source
+@pytest.mark.slow
+class TestKeyedTransitionsWide(_case(KeyedTransitions, runs=40)):
+    pass
+
+
+# the machine's wide run (40 runs, the quick loop's TestListenedTransitions has 12); quick
+# loop: test_a_later_listener_that_normalises_a_source
+@pytest.mark.slow
+class TestListenedTransitionsWide(_case(ListenedTransitions, runs=40)):
+    pass

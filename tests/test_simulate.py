@@ -148,9 +148,10 @@ def test_bulk_load_in_key_order_is_worse_than_shuffled() -> None:
         user_id: Mapped[str] = mapped_column(sa.String(36), primary_key=True)
 
     inst = Instance(nodes=4, tick=5, node_capacity=400, load_split_after=5)
-    by_key = simulate(Users, Workload(rows_per_second=2000, duration=60, insert_order="key"), inst)
+    # 30,000 rows: enough for load-based splitting to cut the shuffled load (8 splits)
+    by_key = simulate(Users, Workload(rows_per_second=1000, duration=30, insert_order="key"), inst)
     shuffled = simulate(
-        Users, Workload(rows_per_second=2000, duration=60, insert_order="random"), inst
+        Users, Workload(rows_per_second=1000, duration=30, insert_order="random"), inst
     )
     assert by_key.results[0].hottest_split_share > 0.9
     assert shuffled.results[0].hottest_split_share < 0.5
@@ -158,12 +159,13 @@ def test_bulk_load_in_key_order_is_worse_than_shuffled() -> None:
 
 
 def test_overload_time_and_summary() -> None:
-    result = simulate(TsFirst, Workload(rows_per_second=5000, duration=30), Instance(nodes=2))
+    # 10 s overloaded end to end: every second counts, however many there are
+    result = simulate(TsFirst, Workload(rows_per_second=5000, duration=10), Instance(nodes=2))
     r = result.results[0]
-    assert r.overloaded_seconds == pytest.approx(30.0)
+    assert r.overloaded_seconds == pytest.approx(10.0)
     assert r.peak_node_rate == pytest.approx(5000)
     text = result.summary()
-    assert "TsFirst" in text and "100.0%" in text and "30s" in text
+    assert "TsFirst" in text and "100.0%" in text and "10s" in text
     assert len(text_heatmap(r)) > 0
     assert json.loads(json.dumps(result.as_dict()))["results"][0]["imbalance"] == 2.0
 
@@ -224,6 +226,8 @@ def test_bad_instance_schema_and_paths(tmp_path: Path) -> None:
         simulate(TsFirst, SMALL, heatmap=tmp_path)
 
 
+# two schemas drawn into one PNG (matplotlib: seconds); quick loop: test_cli_simulate_heatmap
+@pytest.mark.slow
 def test_heatmap_png(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
     out = tmp_path / "heat.png"

@@ -92,9 +92,22 @@ def calls(draw: Any) -> tuple[str, Any]:
     return sql, args
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(st.lists(calls(), min_size=1, max_size=6))
 def test_the_memo_answers_as_the_dbapi_does(batch: list[tuple[str, Any]]) -> None:
+    memo_answers_as_the_dbapi_does(batch)
+
+
+# the oracle's wide variant (many drawn batches); quick loop:
+# test_the_memo_answers_as_the_dbapi_does
+@pytest.mark.slow
+@settings(max_examples=300, deadline=None)
+@given(st.lists(calls(), min_size=1, max_size=6))
+def test_the_memo_answers_as_the_dbapi_does_wide(batch: list[tuple[str, Any]]) -> None:
+    memo_answers_as_the_dbapi_does(batch)
+
+
+def memo_answers_as_the_dbapi_does(batch: list[tuple[str, Any]]) -> None:
     memo = StatementMemo(size=4)
     # each text three times (seen, learnt, answered from the memo), other texts between
     for sql, args in batch * 3:

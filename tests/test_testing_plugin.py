@@ -384,6 +384,9 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
+# a child pytest started, killed, and its emulator waited for (seconds); quick loop:
+# test_local_emulator_sets_host_then_stops_by_pid_and_restores_env
+@pytest.mark.slow
 @pytest.mark.emulator
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
 def test_the_emulator_dies_when_pytest_is_killed(

@@ -109,7 +109,16 @@ def test_an_aborted_revision_write_is_retried_and_the_work_not_repeated(
 
 
 @pytest.mark.emulator
-@pytest.mark.parametrize("autocommit", [False, True])
+@pytest.mark.parametrize(
+    "autocommit",
+    [
+        False,
+        # the same retry loop to the same deadline, waited for again (seconds); quick loop:
+        # test_a_revision_write_aborted_until_the_deadline_is_one_clear_error[False],
+        # test_an_aborted_revision_write_is_retried_and_the_work_not_repeated
+        pytest.param(True, marks=pytest.mark.slow),
+    ],
+)
 def test_a_revision_write_aborted_until_the_deadline_is_one_clear_error(
     tmp_path: Path, spanner_emulator: Any, spanner_faults: Any, monkeypatch: Any,
     autocommit: bool,

@@ -124,6 +124,24 @@ def sent(engine: sa.Engine) -> Iterator[Sent]:
 STEPS = [-1, 0, 1, pytest.param("10x", marks=pytest.mark.slow, id="10x")]
 
 
+#: (step, n key columns) of the dual-write tests: every step with one key column; with two
+#: and three, the step over the limit (a second statement)
+DUAL_WRITE_CASES = [
+    *((step, 1) for step in (-1, 0, 1)),
+    *(
+        # under and at the limit again, with a wider row (a flush of hundreds of rows on the
+        # emulator each); quick loop: test_a_flush_of_many_rows_reaches_the_successor,
+        # test_an_update_matching_many_rows_reaches_the_successor (every step at n=1, the
+        # step over the limit at n=2 and n=3)
+        pytest.param(step, n, marks=pytest.mark.slow, id=f"{step}-{n}")
+        for n in (2, 3)
+        for step in (-1, 0)
+    ),
+    *((1, n) for n in (2, 3)),
+    *(pytest.param("10x", n, marks=pytest.mark.slow, id=f"10x-{n}") for n in (1, 2, 3)),
+]
+
+
 def _size(limit: int, step: Any) -> int:
     return 10 * limit if step == "10x" else int(limit + step)
 
@@ -173,8 +191,7 @@ def _check_copies(engine: sa.Engine, sent: Sent, new: Any, rows: int, n: int) ->
         assert max(sizes) == min(rows, per) * (n + 4)
 
 
-@pytest.mark.parametrize("n", [1, 2, 3])
-@pytest.mark.parametrize("step", STEPS)
+@pytest.mark.parametrize(("step", "n"), DUAL_WRITE_CASES)
 def test_a_flush_of_many_rows_reaches_the_successor(
     engine: sa.Engine, sent: Sent, n: int, step: Any
 ) -> None:
@@ -188,8 +205,7 @@ def test_a_flush_of_many_rows_reaches_the_successor(
     assert assert_mirrored(engine, old, new) == rows
 
 
-@pytest.mark.parametrize("n", [1, 2, 3])
-@pytest.mark.parametrize("step", STEPS)
+@pytest.mark.parametrize(("step", "n"), DUAL_WRITE_CASES)
 def test_an_update_matching_many_rows_reaches_the_successor(
     engine: sa.Engine, sent: Sent, n: int, step: Any
 ) -> None:
