@@ -9,7 +9,6 @@ import dataclasses
 import datetime as dt
 import warnings
 from collections.abc import Callable, Iterable
-from contextlib import suppress
 from typing import Any, TypeVar
 
 import sqlalchemy as sa
@@ -25,8 +24,7 @@ from sharded_orm.limits import (
 from sharded_orm.load.copy import column_value, read_api_value
 from sharded_orm.read.order import after_condition, at_or_before_condition
 from sharded_orm.retry import Deadline, RetryPolicy, retry_call
-from sharded_orm.spanner.mutations import database_of
-from sharded_orm.spanner.pdml import list_value
+from sharded_orm.spanner.key_ranges import KeyRangeSession
 
 #: Each batch: up to 8 attempts within 120 s (sharded_orm.retry's defaults).
 BATCH_POLICY = RetryPolicy()
@@ -222,45 +220,23 @@ class SpannerWriter:
     order, DESC parts included, one seek, never a rescan) and commits the changed ones as
     one UPDATE mutation. Every RPC is sent with the batch's timeout and no client retry
     (the client's own retries would wait up to an hour on a silent server):
-    :mod:`sharded_orm.retry` decides, with the backfill's deadline."""
+    :mod:`sharded_orm.retry` decides, with the backfill's deadline. The RPCs are the
+    gateway's (:class:`sharded_orm.spanner.key_ranges.KeyRangeSession`); values cross it
+    as the client hands them out (BYTES base64-encoded), converted here."""
 
     def __init__(self, engine: Engine, plan: Plan, key_order: list[tuple[str, bool]]) -> None:
-        self.database: Any = database_of(engine)
-        self.api: Any = self.database.spanner_api
-        self.metadata = [
-            ("google-cloud-resource-prefix", self.database.name),
-            ("x-goog-spanner-route-to-leader", "true"),
-        ]
+        self.spanner = KeyRangeSession(engine)
         self.engine = engine
         self.plan = plan
         self.key_order = key_order
-        self.session: str | None = None
         self.key_names = [c.name for c in plan.key]
         self.columns = [c.name for c in plan.read_cols]
+        self.written = [*self.key_names, plan.target.name]
         self.quote = engine.dialect.identifier_preparer.quote
         self.max_batch_size = spanner_batch_size(plan)
 
-    def _session(self, deadline: Deadline) -> str:
-        if self.session is None:
-            from google.cloud.spanner_v1 import CreateSessionRequest
-
-            made = self.api.create_session(
-                request=CreateSessionRequest(database=self.database.name),
-                metadata=self.metadata, timeout=deadline.call_timeout(), retry=None,
-            )  # fmt: skip
-            self.session = str(made.name)
-        return self.session
-
     def _query(self, sql: str, timeout: float) -> list[list[Any]]:
-        from google.cloud.spanner_v1 import ExecuteSqlRequest
-        from google.cloud.spanner_v1.streamed import StreamedResultSet
-
-        deadline = Deadline.after(timeout)
-        request = ExecuteSqlRequest(session=self._session(deadline), sql=sql)
-        stream = self.api.execute_streaming_sql(
-            request=request, metadata=self.metadata, timeout=deadline.call_timeout(), retry=None
-        )
-        return [list(r) for r in StreamedResultSet(stream)]
+        return self.spanner.query(sql, Deadline.after(timeout))
 
     def last_key(self, timeout: float) -> list[Any] | None:
         """The table's last key now (the walk's end: rows added after it are not chased)."""
@@ -283,7 +259,7 @@ class SpannerWriter:
             return int(self._query(f"SELECT COUNT(*) FROM {self.quote(self.plan.table.name)}",
                                    timeout)[0][0])  # fmt: skip
         except Exception:
-            self.session = None  # a lost session, a dead server: start afresh
+            self.spanner.forget()  # a lost session, a dead server: start afresh
             raise
 
     def count_null(self, timeout: float) -> int:
@@ -303,7 +279,7 @@ class SpannerWriter:
             try:
                 return fn(t)
             except Exception:
-                self.session = None  # a lost session, a dead server: start afresh
+                self.spanner.forget()  # a lost session, a dead server: start afresh
                 raise
 
         return retry_call(
@@ -317,102 +293,49 @@ class SpannerWriter:
     ) -> tuple[list[list[Any]], bool]:  # fmt: skip
         """The next batches' upper keys after ``after``, from a key-only strong read
         (see :func:`batch_uppers`); it keeps one key per batch in memory."""
-        from google.cloud.spanner_v1 import (
-            ReadRequest,
-            TransactionOptions,
-            TransactionSelector,
-        )
-        from google.cloud.spanner_v1.streamed import StreamedResultSet
-
-        deadline = Deadline.after(timeout)
-        request = ReadRequest(
-            session=self._session(deadline),
-            transaction=TransactionSelector(
-                single_use=TransactionOptions(read_only=TransactionOptions.ReadOnly(strong=True))
-            ),
-            table=self.plan.table.name, columns=self.key_names,
-            key_set=_key_range(after, bound), limit=batch_size * batches,
-        )  # fmt: skip
-        stream = self.api.streaming_read(
-            request=request, metadata=self.metadata, timeout=deadline.call_timeout(), retry=None
-        )
-        keys = ([column_value(v) for v in k] for k in StreamedResultSet(stream))
-        return batch_uppers(keys, bound, batch_size, batches)
+        try:
+            found = self.spanner.read_range(
+                self.plan.table.name, self.key_names, _client_key(after), _client_values(bound),
+                batch_size * batches, Deadline.after(timeout),
+            )  # fmt: skip
+            keys = ([column_value(v) for v in k] for k in found)
+            return batch_uppers(keys, bound, batch_size, batches)
+        except Exception:
+            self.spanner.forget()  # a lost session, a dead server: the retry starts afresh
+            raise
 
     def batch(
         self, after: list[Any] | None, bound: list[Any], limit: int, fix: Fix, timeout: float
     ) -> list[list[Any]]:
         """One transaction: at most ``limit`` rows after key ``after`` up to ``bound``
         (both in the table's stored order), the changed ones written back."""
-        from google.cloud.spanner_v1 import (
-            BeginTransactionRequest,
-            CommitRequest,
-            Mutation,
-            ReadRequest,
-            TransactionOptions,
-            TransactionSelector,
-        )
-        from google.cloud.spanner_v1.streamed import StreamedResultSet
+        rows: list[list[Any]] = []
 
-        plan = self.plan
-        deadline = Deadline.after(timeout)
-        session = self._session(deadline)
-        begun = self.api.begin_transaction(
-            request=BeginTransactionRequest(
-                session=session,
-                options=TransactionOptions(read_write=TransactionOptions.ReadWrite()),
-            ),
-            metadata=self.metadata, timeout=deadline.call_timeout(), retry=None,
-        )  # fmt: skip
-        txn_id = begun.id
+        def rewrite(found: list[list[Any]]) -> list[list[Any]]:
+            rows[:] = [[column_value(v) for v in r] for r in found]
+            return [_client_values([*key, value]) for key, value in fix(rows)]
+
         try:
-            key_set = _key_range(after, bound)
-            request = ReadRequest(
-                session=session, transaction=TransactionSelector(id=txn_id),
-                table=plan.table.name, columns=self.columns, key_set=key_set, limit=limit,
+            self.spanner.rewrite_range(
+                self.plan.table.name, self.columns, _client_key(after), _client_values(bound),
+                limit, self.written, rewrite, Deadline.after(timeout),
             )  # fmt: skip
-            stream = self.api.streaming_read(
-                request=request, metadata=self.metadata, timeout=deadline.call_timeout(), retry=None
-            )
-            rows = [[column_value(v) for v in r] for r in StreamedResultSet(stream)]
-            changes = fix(rows)
-            mutations = []
-            if changes:
-                write = Mutation.Write(
-                    table=plan.table.name,
-                    columns=[*self.key_names, plan.target.name],
-                    values=[_wire([*key, value]) for key, value in changes],
-                )
-                mutations.append(Mutation(update=write))
-            self.api.commit(
-                request=CommitRequest(session=session, transaction_id=txn_id, mutations=mutations),
-                metadata=self.metadata, timeout=deadline.call_timeout(), retry=None,
-            )  # fmt: skip
-        except BaseException:
-            with suppress(Exception):
-                self.api.rollback(
-                    session=session, transaction_id=txn_id, metadata=self.metadata,
-                    timeout=min(2.0, deadline.call_timeout() + 0.5), retry=None,
-                )  # fmt: skip
+        except Exception:
+            self.spanner.forget()  # a lost session, a dead server: the retry starts afresh
             raise
         return rows
 
     def close(self) -> None:
         """Delete the session (best effort, bounded: a dead server keeps it; it expires)."""
-        name, self.session = self.session, None
-        if name is not None:
-            with suppress(Exception):
-                self.api.delete_session(name=name, metadata=self.metadata, timeout=2.0, retry=None)
+        self.spanner.close()
 
 
-def _key_range(after: list[Any] | None, bound: list[Any]) -> Any:
-    """The wire ``KeySet`` of keys after ``after`` (the start: None) up to ``bound``."""
-    from google.cloud.spanner_v1.types import KeyRange, KeySet  # the wire messages
-
-    start = {"start_open": _wire(after)} if after is not None else {"start_closed": _wire([])}
-    return KeySet(ranges=[KeyRange(**start, end_closed=_wire(bound))])
+def _client_values(values: list[Any]) -> list[Any]:
+    """Column values (BYTES as bytes: the writer hands them out) as the client takes them
+    in a key or a mutation (BYTES base64-encoded)."""
+    return [read_api_value(v) for v in values]
 
 
-def _wire(values: list[Any]) -> Any:
-    """Values (BYTES as bytes: the writer hands out column values) as a wire ListValue."""
-    return list_value([read_api_value(v) for v in values])
+def _client_key(values: list[Any] | None) -> list[Any] | None:
+    """:func:`_client_values` of a cursor key (None: the walk's start)."""
+    return None if values is None else _client_values(values)

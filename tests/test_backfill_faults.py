@@ -301,3 +301,38 @@ def test_silent_server_mid_backfill_in_alembic_upgrade_ends_within_its_deadline(
         assert c.exec_driver_sql("SELECT version_num FROM alembic_version").scalar_one() == head
     _check_all(direct, 1000)
     direct.dispose()
+
+
+@pytest.mark.parametrize("method", ["StreamingRead", "BeginTransaction"])
+def test_a_failed_batch_starts_a_new_session_for_its_retry(
+    spanner_emulator: Any, spanner_faults: Any, method: str
+) -> None:
+    """A batch (its key-range read, or its read-write transaction) that fails may have
+    lost its session (a server restart, an expired session): the retry runs on a new
+    one, as the queries' retries do, never on the session Spanner answers NOT_FOUND for."""
+    db = spanner_emulator.create_database()
+    _table(spanner_emulator.database(db), 30)
+    proxy = spanner_faults
+    engine = proxy.emulator(spanner_emulator).engine(db)
+    with engine.connect() as conn:
+        plan = Plan(conn, "Events", "Shard16", ["CompanyId", "Ts"])
+        key_order = reflection.read_primary_key(conn, "Events")
+    writer = SpannerWriter(engine, plan, key_order)
+    try:
+        bound = writer.last_key(10)
+        assert bound is not None
+        sessions = proxy.count("CreateSession")
+        proxy.fail(method, "UNAVAILABLE", times=1)
+
+        def step() -> Any:
+            if method == "StreamingRead":
+                return writer.plan_batches(None, bound, 10, 2, 10)
+            return writer.batch(None, bound, 10, lambda rows: [], 10)
+
+        with pytest.raises(Exception, match="UNAVAILABLE|unavailable|503"):
+            step()
+        step()  # the retry
+        assert proxy.count("CreateSession") == sessions + 1
+    finally:
+        writer.close()
+        engine.dispose()
