@@ -337,12 +337,22 @@ def test_bulk_load_commits_count_index_entries_as_spanner_does(
 
 @pytest.mark.parametrize("step", [-1, 0, 1, "10x"])
 def test_presplit_requests_hold_at_most_the_split_points_a_request(step: Any) -> None:
+    import datetime as dt
+    from types import SimpleNamespace
+
+    from sharded_orm.limits import SPANNER_SPLIT_REQUEST_BYTES
     from sharded_orm.load import presplit as ps
+    from sharded_orm.spanner import admin
 
     points = _size(SPANNER_SPLIT_POINTS, step)
     wanted = [ps.SplitPoint("T", None, (k,)) for k in range(1, points + 1)]
-    bodies = ps._requests(wanted, None, ps.MAX_POINTS_PER_REQUEST)
-    counts = [sum(len(sp.keys) for sp in body) for body in bodies]
+    database = SimpleNamespace(name="projects/p/instances/i/databases/d")
+    bodies = admin.split_point_requests(
+        database, wanted, expire_at=dt.datetime(2030, 1, 1, tzinfo=dt.timezone.utc),
+        initiator="sharded-orm", per_request=ps.MAX_POINTS_PER_REQUEST,
+        byte_limit=SPANNER_SPLIT_REQUEST_BYTES,
+    )  # fmt: skip
+    counts = [sum(len(sp.keys) for sp in body.split_points) for body in bodies]
     assert max(counts) <= SPANNER_SPLIT_POINTS and sum(counts) == points
     assert len(bodies) == -(-points // SPANNER_SPLIT_POINTS)
 

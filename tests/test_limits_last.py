@@ -46,23 +46,24 @@ STEPS = [-1, 0, 1]
 # ---------------------------------------------------------------------- presplit: bytes
 
 
-def _expire() -> Any:
-    from google.protobuf import timestamp_pb2
+def _requests(points: list[ps.SplitPoint], per_request: int, byte_limit: int) -> list[Any]:
+    """presplit's AddSplitPoints requests for ``points``, as the gateway builds them."""
+    from types import SimpleNamespace
 
-    stamp = timestamp_pb2.Timestamp()
-    stamp.FromDatetime(dt.datetime(2030, 1, 1, 12, 0, 0, 123456, tzinfo=dt.timezone.utc))
-    return stamp
+    from sharded_orm.spanner import admin
+
+    database = SimpleNamespace(name="projects/p/instances/i/databases/d")
+    expire = dt.datetime(2030, 1, 1, 12, 0, 0, 123456, tzinfo=dt.timezone.utc)
+    return admin.split_point_requests(
+        database, points, expire_at=expire, initiator="x", per_request=per_request,
+        byte_limit=byte_limit,
+    )  # fmt: skip
 
 
-def _request_size(body: Any, database: str = "projects/p/instances/i/databases/d") -> int:
+def _request_size(request: Any) -> int:
     from google.cloud.spanner_admin_database_v1.types import AddSplitPointsRequest
 
-    request = AddSplitPointsRequest(database=database, split_points=body, initiator="x")
     return int(AddSplitPointsRequest.pb(request).ByteSize())
-
-
-def _fixed() -> int:
-    return _request_size([])
 
 
 def _points_of_size(total: int, count: int) -> list[ps.SplitPoint]:
@@ -72,8 +73,8 @@ def _points_of_size(total: int, count: int) -> list[ps.SplitPoint]:
     keys = ["k" * 10_500 for _ in range(count)]
     for _ in range(20):  # a varint's length may shift by a byte: converge
         points = [ps.SplitPoint("T", "TByKey", (k,)) for k in keys]
-        [body] = ps._requests(points, _expire(), count, 10 * total, _fixed())
-        missing = total - _request_size(body)
+        [request] = _requests(points, count, 10 * total)
+        missing = total - _request_size(request)
         if missing == 0:
             return points
         keys[0] += "k" * missing if missing > 0 else ""
@@ -87,11 +88,11 @@ def test_split_requests_hold_at_most_one_mib(step: int) -> None:
     """100 points of 10 KiB keys, one request of exactly 1 MiB - 1, 1 MiB and 1 MiB + 1
     bytes: one request, one, and two (each under 1 MiB), every point once, in order."""
     points = _points_of_size(SPANNER_SPLIT_REQUEST_BYTES + step, SPANNER_SPLIT_POINTS)
-    bodies = ps._requests(points, _expire(), ps.MAX_POINTS_PER_REQUEST, fixed=_fixed())
+    bodies = _requests(points, ps.MAX_POINTS_PER_REQUEST, SPANNER_SPLIT_REQUEST_BYTES)
     sizes = [_request_size(b) for b in bodies]
     assert len(bodies) == (2 if step > 0 else 1)
     assert max(sizes) <= SPANNER_SPLIT_REQUEST_BYTES
-    sent = [k.key_parts[0] for b in bodies for g in b for k in g.keys]
+    sent = [k.key_parts[0] for b in bodies for g in b.split_points for k in g.keys]
     assert sent == [p.key[0] for p in points]
 
 
