@@ -27,7 +27,9 @@ DIALECT = "sharded_orm.spanner.dialect"
 URL = "spanner+spanner:///projects/p/instances/i/databases/d"
 #: what Alembic's ``alembic.plugins`` entry point loads on ``import alembic``, which
 #: sqlalchemy-spanner's module does: the light plugin, nothing else of alembic_ext
-ENTRY_POINT_MODULES = {"alembic_ext", "alembic_ext.plugin"}
+#: what Alembic's entry point loads with any ``import alembic`` (stock's too): the plugin,
+#: and the stand-ins of our operations (``alembic_ext.stand_ins``, which the dialect shares)
+ENTRY_POINT_MODULES = {"alembic_ext", "alembic_ext.plugin", "alembic_ext.stand_ins"}
 
 
 def _python(code: str) -> Any:
@@ -198,13 +200,15 @@ def test_no_runtime_import_cycle_through_the_dialect() -> None:
     assert not bad, "\n".join(" -> ".join(c) for c in bad)
 
 
-#: load-time ways from the dialect to alembic_ext: none (``alembic_impl`` registers our
-#: operations' names, each loading ``alembic_ext.ops`` on its first call)
+#: load-time ways from the dialect to alembic_ext: none beyond the modules Alembic's entry
+#: point loads anyway (``alembic_impl`` registers our operations' names through
+#: ``alembic_ext.stand_ins``, each loading ``alembic_ext.ops`` on its first call)
 MIGRATION_PROCESS_ONLY: set[tuple[str, str]] = set()
 
 
 def test_the_dialect_loads_alembic_ext_in_no_way_the_source_shows() -> None:
-    """No chain of load-time imports leads from the dialect to alembic_ext."""
+    """No chain of load-time imports leads from the dialect to alembic_ext beyond what
+    Alembic's entry point loads with any ``import alembic``."""
     graph = import_graph()
     seen, todo = {DIALECT}, [DIALECT]
     while todo:
@@ -213,7 +217,7 @@ def test_the_dialect_loads_alembic_ext_in_no_way_the_source_shows() -> None:
             if nxt not in seen and (node, nxt) not in MIGRATION_PROCESS_ONLY:
                 seen.add(nxt)
                 todo.append(nxt)
-    assert not {m for m in seen if m.startswith("alembic_ext")}
+    assert {m for m in seen if m.startswith("alembic_ext")} <= ENTRY_POINT_MODULES
     assert {
         ("sharded_orm.spanner.alembic_impl", m) for m in graph["sharded_orm.spanner.alembic_impl"]
     } >= MIGRATION_PROCESS_ONLY

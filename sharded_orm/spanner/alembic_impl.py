@@ -23,7 +23,10 @@ be built: an application's impl, defined before or after this module loaded, is 
 instead of ours, in or outside an Alembic command. This module registers each name
 (:data:`OPERATIONS`) with a stand-in that loads :data:`OPERATIONS_MODULE` on its first
 call, which registers the operation itself in its place, and calls it: on an impl not
-ours, it refuses saying why and what to do (``alembic_ext.impl_guard``).
+ours, it refuses saying why and what to do (``alembic_ext.impl_guard``). The stand-ins
+are ``alembic_ext.stand_ins.register_operations``, the one function ``import
+alembic_ext`` calls too; that module is a leaf (it imports nothing of either package,
+and Alembic's entry point loads it with ``alembic_ext`` when the package is installed).
 """
 
 from __future__ import annotations
@@ -32,24 +35,13 @@ import importlib
 from typing import Any
 
 from alembic.ddl.impl import DefaultImpl
-from alembic.operations import Operations
+
+from alembic_ext.stand_ins import OPERATIONS, OPERATIONS_MODULE, register_operations
 
 __all__ = ["FULL_IMPL", "OPERATIONS", "OPERATIONS_MODULE", "SpannerImpl"]
 
 #: module and class of the full impl, built in this class's place
 FULL_IMPL = ("alembic_ext.impl", "SpannerImpl")
-#: the module whose import registers every operation of alembic_ext (``alembic_ext.ops``
-#: imports ``alembic_ext.key_reshard``)
-OPERATIONS_MODULE = "alembic_ext.ops"
-#: the operations it registers on Alembic's ``Operations``
-#: (``tests/test_app_impl_after_dialect.py`` checks none is missing)
-OPERATIONS = (
-    "backfill_shard",
-    "alter_index_storing",
-    "copy_table_rows",
-    "retire_table",
-    "verify_tables",
-)
 
 
 class _Named:
@@ -88,28 +80,5 @@ class SpannerImpl(DefaultImpl):
         return super().__new__(cls)
 
 
-def _stand_in(name: str) -> None:
-    """Register operation ``name`` as a call that loads :data:`OPERATIONS_MODULE` (which
-    registers the real one over it) and calls the real one."""
-    registered: list[Any] = []
-
-    def load_and_call(cls: type, operations: Operations, *args: Any, **kwargs: Any) -> Any:
-        importlib.import_module(OPERATIONS_MODULE)
-        real = getattr(Operations, name)
-        if real is registered[0]:  # (not registered by that module: never call this again)
-            raise NotImplementedError(
-                f"op.{name}: {OPERATIONS_MODULE} did not register it; sharded-orm's "
-                "operations and this module disagree (report it as a bug)"
-            )
-        return real(operations, *args, **kwargs)
-
-    load_and_call.__name__ = name
-    load_and_call.__doc__ = f"sharded-orm's op.{name} (loaded on its first call)."
-    cls = type(f"{name}_stand_in", (), {name: classmethod(load_and_call)})
-    Operations.register_operation(name)(cls)
-    registered.append(getattr(Operations, name))
-
-
-for _name in OPERATIONS:
-    if not hasattr(Operations, _name):  # (the real one, if alembic_ext.ops is loaded)
-        _stand_in(_name)
+# our operations' names, whatever impl is built (alembic_ext.stand_ins)
+register_operations()
