@@ -44,3 +44,27 @@ def on_event_loop() -> bool:
     except RuntimeError:
         return False
     return True
+
+
+def refuse_async_bind(bind: object, tool: str) -> None:
+    """The load tools' one check: ``tool`` makes blocking calls for its whole run and
+    never awaits, so an ``AsyncEngine``/``AsyncConnection``, or an async engine's
+    ``sync_engine`` outside SQLAlchemy's greenlet (where its statements cannot await),
+    is refused with the way to run it: on a thread, with a sync engine."""
+    import sqlalchemy as sa
+
+    from sharded_orm.errors import ShardTypeError
+
+    name = type(bind).__name__
+    if hasattr(bind, "sync_engine") and not isinstance(bind, (sa.Engine, sa.Connection)):
+        given = f"an {name}"  # AsyncEngine, AsyncConnection: awaitable, not ours to block
+    elif getattr(getattr(bind, "dialect", None), "is_async", False) and not in_greenlet():
+        given = f"the sync {name} of an async engine, outside its greenlet"
+    else:
+        return
+    raise ShardTypeError(
+        f"{tool}() runs blocking calls for its whole run and cannot await; it was given "
+        f"{given}. Run it off the event loop with a sync engine of the same database: "
+        f"`await asyncio.to_thread({tool}, create_engine('spanner+spanner:///projects/P/"
+        "instances/I/databases/D'), ...)`, or call it from sync code with a sync engine"
+    )

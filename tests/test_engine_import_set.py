@@ -109,6 +109,9 @@ _REASONS: dict[str, tuple[str, ...]] = {
         "sharded_orm.spanner.reflection",
         "sharded_orm.spanner.stock",
     ),
+    # each engine's client Database noted at every new connection (a pool ``connect``
+    # event), so id pools and load tools reach it without a checkout (issue 46)
+    "the client Database noted per engine": ("sharded_orm.spanner.databases",),
 }
 #: module -> why the first engine may load it beyond a stock engine
 ALLOWED: dict[str, str] = {m: why for why, mods in _REASONS.items() for m in mods}

@@ -71,6 +71,10 @@ class SequenceExhausted(ShardingError, OverflowError):
     """The sequence reached INT64's maximum: no value is left to hand out."""
 
 
+class PoolStarved(ShardConfigError):
+    """A reservation found no free connection in its engine's pool (sized too small)."""
+
+
 class ReservationConflict(TransientError):
     """Another client moved ``Next_Value`` between our read and our write: try again."""
 
@@ -161,8 +165,10 @@ class _Pooled:
         if self._raw is None:
             from sharded_orm.spanner.mutations import RawSpanner, database_of
 
-            # database_of checks a connection out (an async engine's awaits, in its
-            # greenlet): never under the lock
+            # the Database noted at the engine's connects: no checkout (a flush holding
+            # the pool's last connection still gets its block); an engine that never
+            # connected checks one out (an async engine's awaits, in its greenlet):
+            # never under the lock
             raw = RawSpanner(database_of(self.engine), per_thread=False)
             with self._lock:
                 if self._raw is None:
@@ -302,6 +308,15 @@ class _Pooled:
             self._raw = None
 
 
+def _note_database(engine: sa.Engine) -> None:
+    """From now on, ``engine``'s connects note its client Database, so the first
+    reservation checks no connection out (our dialect does it at ``create_engine``; this
+    covers an engine made on the stock dialect class before ``import sharded_orm``)."""
+    from sharded_orm.spanner.databases import remember_database
+
+    remember_database(engine)
+
+
 def _check_counter(value: object, what: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise ShardTypeError(f"{what} must be an int, got {value!r}")
@@ -335,6 +350,7 @@ class SpannerSequence(_Pooled):
                 "use TableSequence, which works on any database"
             )
         self.name = check_identifier(name, "sequence name")
+        _note_database(self.engine)
         # Spanner's counters are not transactional: a block that runs past the end fails
         # and still uses up the counters it drew. So the block is cut to the counters
         # left (the internal state is the next counter; NULL before the first draw).
@@ -441,6 +457,8 @@ class TableSequence(_Pooled):
         )
         self._on_spanner = is_spanner(self.engine)
         self._uses_raw = self._on_spanner
+        if self._on_spanner:
+            _note_database(self.engine)
 
     def __repr__(self) -> str:
         return f"TableSequence({self.name!r})"
@@ -502,7 +520,19 @@ class TableSequence(_Pooled):
 
     def _reserve_sql(self, timeout: float) -> tuple[int, int]:
         t = self.table
-        with self.engine.begin() as conn:
+        try:  # a connection of its own: the block is committed whatever the caller's fate
+            connection = self.engine.connect()
+        except sa.exc.TimeoutError as exc:  # the pool's wait for a connection, only
+            raise PoolStarved(
+                f"{self!r} found no free connection in its engine's pool to reserve a block "
+                f"({self.engine.pool.status()}): a TableSequence off Spanner reserves each "
+                "block in a transaction of its own, on a connection of its own, while the "
+                "flush asking for the id holds its connection. Size the pool above the "
+                "flushes that take ids at once (pool_size + max_overflow at least one "
+                "more), or give the TableSequence an engine of its own, e.g. "
+                "TableSequence(create_engine(url, poolclass=NullPool), ...)"
+            ) from exc
+        with connection as conn, conn.begin():
             current = conn.execute(
                 sa.select(t.c.Next_Value).where(t.c.Sequence_ID == self.name)
             ).scalar()

@@ -29,6 +29,7 @@ from sqlalchemy import types as sqltypes
 
 from sharded_orm.checks import check_identifier, check_positive_int, check_seconds
 from sharded_orm.errors import ShardConfigError, UnsupportedOnDialectError
+from sharded_orm.greenlets import refuse_async_bind
 from sharded_orm.hashing import FARM_FINGERPRINT, validate_algorithm
 from sharded_orm.load.verify import connect, mismatch_sql, quote
 from sharded_orm.progress import progress
@@ -261,6 +262,7 @@ def backfill_server_side(
     ``UnsupportedOnDialectError`` off Spanner, ``sharded_orm.retry.RetryError`` (saying
     how to resume) when the server fails or goes silent past the deadline.
     """
+    refuse_async_bind(bind, "backfill_server_side")
     if not is_spanner(bind):
         raise UnsupportedOnDialectError(
             "a server-side backfill runs Partitioned DML, which only Spanner has; on "

@@ -40,6 +40,7 @@ import sqlalchemy as sa
 
 from sharded_orm.checks import check_positive_int, check_seconds, shown
 from sharded_orm.errors import ShardConfigError, ShardTypeError, UnsupportedOnDialectError
+from sharded_orm.greenlets import refuse_async_bind
 from sharded_orm.limits import SPANNER_COMMIT_BYTES, SPANNER_MUTATIONS, row_mutations
 from sharded_orm.load.prepare import BulkValidationError, RowPreparer, written_columns
 from sharded_orm.load.staging import close_batches, stage
@@ -173,6 +174,7 @@ def bulk_load(
     out; its message says what was committed. Run the same load with
     ``mode="insert_or_update"`` to finish it.
     """
+    refuse_async_bind(bind, "bulk_load")
     _check_arguments(bind, workers, batch_bytes, mode, seed, progress, commit_timeout, deadline)
     if not isinstance(defer_indexes, bool):
         raise ShardTypeError(f"defer_indexes must be True or False, got {defer_indexes!r}")

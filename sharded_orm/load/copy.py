@@ -33,6 +33,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from sharded_orm.errors import ShardConfigError
+from sharded_orm.greenlets import refuse_async_bind
 from sharded_orm.limits import (
     SPANNER_KEY_BYTES,
     SPANNER_MUTATIONS,
@@ -129,6 +130,7 @@ def copy_table(
     ``on_batch`` is called after each committed batch; ``cursor_table`` (made by
     :func:`cursor_table_ddl`) keeps the cursor between runs; ``deadline`` bounds the whole
     call and ``call_timeout`` each read and commit."""
+    refuse_async_bind(bind, "copy_table")
     from sharded_orm.spanner import snapshots
     from sharded_orm.spanner.mutations import RawSpanner, database_of
 

@@ -33,6 +33,7 @@ from sharded_orm.errors import (
     ShardTypeError,
     UnsupportedOnDialectError,
 )
+from sharded_orm.greenlets import refuse_async_bind
 from sharded_orm.limits import SPANNER_SPLIT_POINTS, SPANNER_SPLIT_REQUEST_BYTES
 from sharded_orm.retry import DEFAULTS, Deadline
 from sharded_orm.schema.columns import get_shard_column, is_shard_column, table_of
@@ -151,6 +152,7 @@ def presplit(
     may stay silent on one request (its silences retried until then; the client's own
     default is an hour, retried for another). Returns a :class:`PresplitReport`.
     """
+    refuse_async_bind(engine, "presplit")
     if not isinstance(engine, (sa.Engine, sa.Connection)):
         raise ShardTypeError(
             f"presplit takes a SQLAlchemy Engine or Connection, got {shown(engine)}"

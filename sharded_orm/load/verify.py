@@ -36,6 +36,7 @@ import sqlalchemy as sa
 
 from sharded_orm.checks import check_identifier, check_positive_int, shown
 from sharded_orm.errors import ShardConfigError, ShardingError, ShardTypeError
+from sharded_orm.greenlets import refuse_async_bind
 from sharded_orm.hashing import FARM_FINGERPRINT
 from sharded_orm.limits import SPANNER_FUNCTIONS
 from sharded_orm.progress import progress
@@ -327,6 +328,7 @@ def verify(
     ``partition_timeout``: the most one partition's stream may take.
     Returns a :class:`VerifyReport` (``.rows_checked``, ``.mismatched`` by column name).
     """
+    refuse_async_bind(bind, "verify")
     if not isinstance(bind, (sa.Engine, sa.Connection)):
         hint = " (create_engine(url) first)" if isinstance(bind, str) else ""
         raise ShardTypeError(

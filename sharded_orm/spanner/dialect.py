@@ -111,6 +111,7 @@ from sharded_orm.spanner.commits import (
     commit_within,
     is_abandoned,
 )
+from sharded_orm.spanner.databases import remember_database
 from sharded_orm.spanner.ddl import ShardedSpannerDDLCompiler, SpannerIdentifierPreparer
 from sharded_orm.spanner.deadlines import DeadlineCursor, read_errors, timeout_of
 from sharded_orm.spanner.reflection import BoundReflection
@@ -275,6 +276,7 @@ class SpannerDialect(BoundReflection, _stock.SpannerDialect):  # type: ignore[mi
         listener)."""
         super().engine_created(engine)
         engine_seen(engine)
+        remember_database(engine)  # the id pools and load tools reach it without a checkout
 
     @classmethod
     def import_dbapi(cls) -> Any:

@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 import sqlalchemy as sa
 
 from sharded_orm.retry import Deadline, TransientError, error_chain
+from sharded_orm.spanner.databases import known_database, note_database, remember_database
 
 T = TypeVar("T")
 
@@ -34,17 +35,28 @@ def database_of(bind: Any) -> Any:
     itself when it already is one), seen through
     :class:`~sharded_orm.spanner.streams.ReadBoundedDatabase`: a snapshot's ``read`` or
     ``execute_sql`` given ``timeout=<seconds>`` ends within them, the client's restarts of
-    a cut stream included."""
+    a cut stream included.
+
+    An Engine that has connected before (:func:`remember_database`) answers from memory:
+    no connection is checked out, so a caller holding every pooled connection (a flush
+    waiting for ids) never waits for one; only an engine's very first call connects."""
     from sharded_orm.spanner.streams import ReadBoundedDatabase
 
     if isinstance(bind, ReadBoundedDatabase):
         return bind
     if not isinstance(bind, (sa.Engine, sa.Connection)):
         return ReadBoundedDatabase(bind)
+    known = known_database(bind.dialect)
+    if known is not None:
+        return ReadBoundedDatabase(known)
+    if isinstance(bind, sa.Engine):
+        remember_database(bind)  # an engine made on the stock dialect class
     raw: Any = bind.raw_connection() if isinstance(bind, sa.Engine) else bind.connection
     try:
         # spanner_dbapi.Connection.database
-        return ReadBoundedDatabase(raw.driver_connection.database)
+        database = raw.driver_connection.database
+        note_database(bind.dialect, database)
+        return ReadBoundedDatabase(database)
     finally:
         if isinstance(bind, sa.Engine):
             raw.close()
