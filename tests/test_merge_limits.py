@@ -121,17 +121,20 @@ def sqlite_engine() -> Iterator[sa.Engine]:
     eng.dispose()
 
 
+LIMITS = {
+    "compound": st.integers(2, 9),
+    "variables": st.sampled_from([40, 120, 400, 32766]),
+    "rows": st.integers(0, 40),
+    "ids": st.none() | st.lists(st.integers(0, 45), max_size=12),
+    "k": st.integers(1, 30),
+    "size": st.integers(1, 9),
+}
+
+
 @settings(
-    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
-@given(
-    compound=st.integers(2, 9),
-    variables=st.sampled_from([40, 120, 400, 32766]),
-    rows=st.integers(0, 40),
-    ids=st.none() | st.lists(st.integers(0, 45), max_size=12),
-    k=st.integers(1, 30),
-    size=st.integers(1, 9),
-)
+@given(**LIMITS)
 def test_unions_nested_under_the_compound_limit_and_parameters_refused_over_theirs(
     sqlite_engine: sa.Engine,
     monkeypatch: pytest.MonkeyPatch,
@@ -142,6 +145,40 @@ def test_unions_nested_under_the_compound_limit_and_parameters_refused_over_thei
     k: int,
     size: int,
 ) -> None:
+    under_the_limits(sqlite_engine, monkeypatch, compound, variables, rows, ids, k, size)
+
+
+# the oracle's wide variant (many drawn limits, every plan each); quick loop:
+# test_unions_nested_under_the_compound_limit_and_parameters_refused_over_theirs
+@pytest.mark.slow
+@settings(
+    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(**LIMITS)
+def test_unions_nested_under_the_compound_limit_and_parameters_refused_over_theirs_wide(
+    sqlite_engine: sa.Engine,
+    monkeypatch: pytest.MonkeyPatch,
+    compound: int,
+    variables: int,
+    rows: int,
+    ids: list[int] | None,
+    k: int,
+    size: int,
+) -> None:
+    under_the_limits(sqlite_engine, monkeypatch, compound, variables, rows, ids, k, size)
+
+
+def under_the_limits(
+    sqlite_engine: sa.Engine,
+    monkeypatch: pytest.MonkeyPatch,
+    compound: int,
+    variables: int,
+    rows: int,
+    ids: list[int] | None,
+    k: int,
+    size: int,
+) -> None:
+    """Every plan under the lowered limits: the unsharded answer, or refused saying so."""
     with sqlite_engine.connect() as conn:
         fill(conn, 8, rows)
         expected = truth(conn, 8, ids)

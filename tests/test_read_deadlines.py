@@ -27,7 +27,7 @@ pytestmark = pytest.mark.emulator
 BIG = sa.text(
     "SELECT n, REPEAT('x', 100000) AS pad FROM UNNEST(GENERATE_ARRAY(1, 40)) AS n ORDER BY n"
 )
-DEADLINE = 2.0
+DEADLINE = 1.0
 #: Slack for the client to notice and unwind (the deadline itself is the bound).
 SLACK = 3.0
 
@@ -115,7 +115,7 @@ def test_silent_server_before_the_first_row(faulty: tuple[sa.Engine, Any]) -> No
     engine, proxy = faulty
     proxy.hang("ExecuteStreamingSql", 3600, times=100)
     error = _fails_within(DEADLINE, lambda: _read(engine, timeout=DEADLINE))
-    assert "deadline of 2 s" in str(error)
+    assert "deadline of 1 s" in str(error)
 
 
 def test_without_a_deadline_the_client_waits_for_the_server(

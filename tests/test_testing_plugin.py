@@ -114,7 +114,7 @@ def no_emulator(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_missing_emulator_skips_with_reason(pytester: pytest.Pytester, no_emulator: None) -> None:
     pytester.makepyfile(USES_EMULATOR)
-    result = pytester.runpytest_subprocess("-rs", "-p", "no:cacheprovider")
+    result = pytester.runpytest_inprocess("-rs", "-p", "no:cacheprovider")
     result.assert_outcomes(skipped=1)
     result.stdout.fnmatch_lines(
         [
@@ -160,7 +160,7 @@ def test_unreachable_emulator_host_errors_instead_of_skipping(
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         monkeypatch.setenv("SPANNER_EMULATOR_HOST", f"127.0.0.1:{s.getsockname()[1]}")
-        result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+        result = pytester.runpytest_inprocess("-p", "no:cacheprovider")
     result.assert_outcomes(errors=1)
     result.stdout.fnmatch_lines(["*could not be used*nothing accepts connections there*"])
 
@@ -171,7 +171,7 @@ def test_emulator_tests_are_marked(pytester: pytest.Pytester, no_emulator: None)
         + "\ndef test_session(spanner_emulator):\n    pass\n"
         + "\ndef test_plain():\n    pass\n"
     )
-    result = pytester.runpytest_subprocess("-m", "not emulator", "-p", "no:cacheprovider")
+    result = pytester.runpytest_inprocess("-m", "not emulator", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=1, deselected=2)
 
 
