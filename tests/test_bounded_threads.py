@@ -36,10 +36,6 @@ from sharded_orm.spanner.deadlines import (
 SHORT = 0.02
 
 
-def workers_named() -> int:
-    return sum(t.name == "sharded-orm-bounded" for t in threading.enumerate())
-
-
 def eventually(check: Callable[[], bool], seconds: float = 10.0) -> bool:
     end = time.monotonic() + seconds
     while not check():
@@ -54,18 +50,24 @@ def stuck_is(pool: BoundedCalls, count: int) -> Callable[[], bool]:
 
 
 @pytest.fixture
-def silent() -> Iterator[threading.Event]:
+def pool() -> BoundedCalls:
+    """A pool of its own, as the process's (``BOUNDED_CALLS``) is made: calls other
+    tests left stuck on a silent server (until the client's own timeout) are not its."""
+    return BoundedCalls()
+
+
+@pytest.fixture
+def silent(pool: BoundedCalls) -> Iterator[threading.Event]:
     """The server: silent until the event is set (always set at the end)."""
     server = threading.Event()
     yield server
     server.set()
-    assert eventually(lambda: BOUNDED_CALLS.stuck == 0)
+    assert eventually(lambda: pool.stuck == 0)
 
 
 def test_past_the_cap_a_call_is_refused_at_once_saying_what_to_do(
-    silent: threading.Event,
+    pool: BoundedCalls, silent: threading.Event
 ) -> None:
-    baseline = workers_named()
     returned: list[int] = []
 
     def blocked(i: int) -> None:
@@ -74,19 +76,19 @@ def test_past_the_cap_a_call_is_refused_at_once_saying_what_to_do(
 
     # MAX_STUCK_CALLS - 1 calls left running: the next is still run (and waited for)
     for i in range(MAX_STUCK_CALLS - 1):
-        assert finished_within(functools.partial(blocked, i), SHORT) is False
-    assert BOUNDED_CALLS.stuck == MAX_STUCK_CALLS - 1
+        assert pool.finished_within(functools.partial(blocked, i), SHORT) is False
+    assert pool.stuck == MAX_STUCK_CALLS - 1
     ran: list[bool] = []
-    assert finished_within(lambda: ran.append(True), 5.0) is True
+    assert pool.finished_within(lambda: ran.append(True), 5.0) is True
     assert ran == [True]  # a quick call is not made to wait for the stuck ones' threads
-    assert finished_within(lambda: blocked(-1), SHORT) is False
-    assert BOUNDED_CALLS.stuck == MAX_STUCK_CALLS
+    assert pool.finished_within(lambda: blocked(-1), SHORT) is False
+    assert pool.stuck == MAX_STUCK_CALLS
 
     # one more: refused at once, without running, though it was given 30 s
     called: list[bool] = []
     start = time.monotonic()
     with pytest.raises(SpannerNotAnswering) as refused:
-        finished_within(lambda: called.append(True), 30.0)
+        pool.finished_within(lambda: called.append(True), 30.0)
     assert time.monotonic() - start < 0.5
     assert called == []
     message = str(refused.value)
@@ -101,41 +103,52 @@ def test_past_the_cap_a_call_is_refused_at_once_saying_what_to_do(
     from google.cloud.spanner_dbapi.exceptions import OperationalError
 
     assert isinstance(refused.value, OperationalError)
-    assert workers_named() <= baseline + MAX_STUCK_CALLS + 1
+    assert pool.workers <= MAX_STUCK_CALLS + 1
 
     # the server answers: every stuck call returns and frees its place
     silent.set()
-    assert eventually(lambda: BOUNDED_CALLS.stuck == 0)
+    assert eventually(lambda: pool.stuck == 0)
     assert sorted(returned) == [-1, *range(MAX_STUCK_CALLS - 1)]
-    assert finished_within(lambda: called.append(True), 5.0) is True
+    assert pool.finished_within(lambda: called.append(True), 5.0) is True
     assert called == [True]
-    # and the threads end once idle: back to the baseline
-    assert eventually(lambda: workers_named() == baseline)
-    assert BOUNDED_CALLS.workers == 0
+    # and the threads end once idle
+    assert eventually(lambda: pool.workers == 0)
 
 
-def test_a_stuck_call_that_fails_later_frees_its_place(silent: threading.Event) -> None:
+def test_a_stuck_call_that_fails_later_frees_its_place(
+    pool: BoundedCalls, silent: threading.Event
+) -> None:
     def fails_late() -> None:
         silent.wait()
         raise RuntimeError("late")
 
-    assert finished_within(fails_late, SHORT) is False
-    assert BOUNDED_CALLS.stuck == 1
+    assert pool.finished_within(fails_late, SHORT) is False
+    assert pool.stuck == 1
     silent.set()
-    assert eventually(lambda: BOUNDED_CALLS.stuck == 0)
+    assert eventually(lambda: pool.stuck == 0)
 
 
-def test_results_and_errors_come_back_and_threads_are_reused() -> None:
-    baseline = workers_named()
+def test_results_and_errors_come_back_and_threads_are_reused(pool: BoundedCalls) -> None:
     out: list[int] = []
     for i in range(50):
-        assert finished_within(functools.partial(out.append, i), 5.0) is True
+        assert pool.finished_within(functools.partial(out.append, i), 5.0) is True
     assert out == list(range(50))
-    assert workers_named() <= baseline + 1  # one after another: one worker, reused
+    assert pool.workers <= 1  # one after another: one worker, reused
     with pytest.raises(ZeroDivisionError):
-        finished_within(lambda: 1 // 0, 5.0)
-    assert BOUNDED_CALLS.stuck == 0
-    assert eventually(lambda: workers_named() == baseline)
+        pool.finished_within(lambda: 1 // 0, 5.0)
+    assert pool.stuck == 0
+    assert eventually(lambda: pool.workers == 0)
+
+
+def test_finished_within_runs_on_the_process_s_pool(silent: threading.Event) -> None:
+    """``finished_within`` is ``BOUNDED_CALLS``: a call it gives up on is counted there
+    until it returns (relative counts: other tests' calls may still be stuck)."""
+    before = BOUNDED_CALLS.stuck
+    assert finished_within(silent.wait, SHORT) is False
+    assert BOUNDED_CALLS.stuck >= before + 1
+    silent.set()
+    assert eventually(lambda: BOUNDED_CALLS.stuck <= before)
+    assert finished_within(lambda: None, 5.0) is True
 
 
 def test_a_value_set_by_one_call_is_not_seen_by_the_next() -> None:
