@@ -577,7 +577,7 @@ def test_copy_table_ends_within_its_deadline_when_the_server_goes_away_mid_read(
 def test_copy_table_still_copies_every_row_when_a_read_s_stream_is_cut(
     spanner_emulator: Any, spanner_faults: Any
 ) -> None:
-    """A cut the client restarts from still gives every row, once."""
+    """A read whose stream is cut is read again, on a new session: every row is copied, once."""
     from sharded_orm.load.copy import copy_table
 
     db = spanner_emulator.create_database()

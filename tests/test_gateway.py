@@ -16,7 +16,6 @@ from __future__ import annotations
 import ast
 import time
 from collections.abc import Iterator
-from concurrent import futures
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +70,7 @@ ALLOWED = {
     "sharded_orm/testing/emulator.py": "test kit: creates and drops emulator databases",
     "sharded_orm/testing/mock.py": "test kit: the client's in-process mock server",
     "sharded_orm/testing/faults.py": "test kit: the client's wire messages, to inject faults",
+    "sharded_orm/testing/split_server.py": "test kit: an AddSplitPoints server and its client",
     # a value, no call: the schema layer sits below the gateway and cannot import it
     "sharded_orm/schema/value_codec.py": "decodes into the client's DatetimeWithNanoseconds",
     # not moved yet (issue 45, the next steps): each makes its own raw calls under a
@@ -247,51 +247,13 @@ class _SilentSplits:
 
 
 @pytest.fixture
-def silent_splits(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[sa.Engine, _SilentSplits]]:
+def silent_splits() -> Iterator[tuple[sa.Engine, _SilentSplits]]:
     """A Spanner engine on an in-process gRPC server whose AddSplitPoints stays silent."""
-    import google.cloud.spanner_v1.testing.spanner_pb2_grpc as spanner_grpc
-    import grpc
-    from google.api_core.client_options import ClientOptions
-    from google.auth.credentials import AnonymousCredentials
-    from google.cloud import spanner
-    from google.cloud.spanner_admin_database_v1.types import (
-        AddSplitPointsRequest,
-        AddSplitPointsResponse,
-    )
-    from google.cloud.spanner_v1.testing.mock_spanner import SpannerServicer
+    from sharded_orm.testing.split_server import split_server
 
-    monkeypatch.delenv("SPANNER_EMULATOR_HOST", raising=False)
     silent = _SilentSplits(delay=30.0)
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
-    spanner_grpc.add_SpannerServicer_to_server(SpannerServicer(), server)
-    handler = grpc.unary_unary_rpc_method_handler(
-        silent.add_split_points,
-        request_deserializer=AddSplitPointsRequest.deserialize,
-        response_serializer=AddSplitPointsResponse.serialize,
-    )
-    server.add_generic_rpc_handlers(
-        (
-            grpc.method_handlers_generic_handler(
-                "google.spanner.admin.database.v1.DatabaseAdmin", {"AddSplitPoints": handler}
-            ),
-        )
-    )
-    port = server.add_insecure_port("localhost:0")
-    server.start()
-    client = spanner.Client(
-        project="p",
-        credentials=AnonymousCredentials(),  # type: ignore[no-untyped-call]
-        client_options=ClientOptions(api_endpoint=f"localhost:{port}"),
-        disable_builtin_metrics=True,
-    )
-    engine = sa.create_engine(
-        "spanner+spanner:///projects/p/instances/i/databases/d", connect_args={"client": client}
-    )
-    try:
-        yield engine, silent
-    finally:
-        engine.dispose()
-        server.stop(0)
+    with split_server(silent.add_split_points) as server:
+        yield server.engine, silent
 
 
 def test_presplit_on_a_silent_server_ends_within_its_timeout(

@@ -6,7 +6,6 @@ from __future__ import annotations
 import datetime as dt
 import logging
 from collections.abc import Iterator
-from concurrent import futures
 from typing import Any
 
 import pytest
@@ -47,51 +46,13 @@ class _Recorder:
 
 
 @pytest.fixture
-def split_server(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Any, _Recorder]]:
+def split_server() -> Iterator[tuple[Any, _Recorder]]:
     """A gRPC server with Spanner's mock service and an AddSplitPoints that records."""
-    import google.cloud.spanner_v1.testing.spanner_pb2_grpc as spanner_grpc
-    import grpc
-    from google.api_core.client_options import ClientOptions
-    from google.auth.credentials import AnonymousCredentials
-    from google.cloud import spanner
-    from google.cloud.spanner_admin_database_v1.types import (
-        AddSplitPointsRequest,
-        AddSplitPointsResponse,
-    )
-    from google.cloud.spanner_v1.testing.mock_spanner import SpannerServicer
+    from sharded_orm.testing.split_server import split_server
 
-    monkeypatch.delenv("SPANNER_EMULATOR_HOST", raising=False)
     recorder = _Recorder()
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
-    spanner_grpc.add_SpannerServicer_to_server(SpannerServicer(), server)
-    handler = grpc.unary_unary_rpc_method_handler(
-        recorder.add_split_points,
-        request_deserializer=AddSplitPointsRequest.deserialize,
-        response_serializer=AddSplitPointsResponse.serialize,
-    )
-    server.add_generic_rpc_handlers(
-        (
-            grpc.method_handlers_generic_handler(
-                "google.spanner.admin.database.v1.DatabaseAdmin", {"AddSplitPoints": handler}
-            ),
-        )
-    )
-    port = server.add_insecure_port("localhost:0")
-    server.start()
-    client = spanner.Client(
-        project="p",
-        credentials=AnonymousCredentials(),  # type: ignore[no-untyped-call]
-        client_options=ClientOptions(api_endpoint=f"localhost:{port}"),
-        disable_builtin_metrics=True,
-    )
-    engine = sa.create_engine(
-        "spanner+spanner:///projects/p/instances/i/databases/d", connect_args={"client": client}
-    )
-    try:
-        yield engine, recorder
-    finally:
-        engine.dispose()
-        server.stop(0)
+    with split_server(recorder.add_split_points, workers=4) as server:
+        yield server.engine, recorder
 
 
 def _sent(request: Any) -> list[tuple[str, str, list[str]]]:

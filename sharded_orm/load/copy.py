@@ -131,7 +131,7 @@ def copy_table(
     :func:`cursor_table_ddl`) keeps the cursor between runs; ``deadline`` bounds the whole
     call and ``call_timeout`` each read and commit."""
     refuse_async_bind(bind, "copy_table")
-    from sharded_orm.spanner import snapshots
+    from sharded_orm.spanner.key_ranges import KeyRangeSession
     from sharded_orm.spanner.mutations import RawSpanner, database_of
 
     refuse_stock(bind.dialect, "copy_table()")  # its reads' deadlines are our dialect's
@@ -171,12 +171,19 @@ def copy_table(
     cursor_cells = len(CURSOR_COLUMNS)
     cursor_bytes = 3 * (SPANNER_KEY_BYTES + 8)
 
+    reader = KeyRangeSession(database)  # one session for the copy's reads: closed at the end
+
     def read_batch(after: list[Any] | None, last: list[Any], timeout: float) -> list[Any]:
         """The next rows after ``after`` up to ``last`` in stored order: the Read API's key
-        range seeks there (a SQL keyset condition rescans from the start on the emulator)."""
-        return snapshots.read_key_range(
-            database, src.name, names, after, last, batch_size, Deadline.after(timeout)
-        )
+        range seeks there (a SQL keyset condition rescans from the start on the emulator),
+        read whole within ``timeout``; after a failure the retry starts a new session."""
+        try:
+            return list(
+                reader.read_range(src.name, names, after, last, batch_size, Deadline.after(timeout))
+            )
+        except Exception:
+            reader.forget()  # a lost session, a dead server: the retry starts afresh
+            raise
 
     start = time.monotonic()
     newest = sa.select(*[c for c, _ in key]).order_by(*[c.asc() if d else c.desc() for c, d in key])
@@ -253,6 +260,7 @@ def copy_table(
             _write(bind, done, None, policy, clock, f"{what}: clearing its cursor")
     finally:
         raw.close()
+        reader.close()
     return CopyResult(src.name, dst.name, rows, batches, time.monotonic() - start, pruned, resumed)
 
 

@@ -1,5 +1,5 @@
 """Key ranges read, and rewritten, on a session of our own: the client backfill's calls
-(:mod:`alembic_ext.backfill_io`).
+(:mod:`alembic_ext.backfill_io`) and ``copy_table``'s reads (:mod:`sharded_orm.load.copy`).
 
 A backfill walks a table in its stored order (DESC key parts included) with a key cursor:
 each batch reads the next rows through the Read API's ``KeyRange`` (one seek, never a

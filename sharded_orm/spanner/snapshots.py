@@ -1,6 +1,5 @@
-"""Reads the library sends outside SQLAlchemy: a strong read with its read timestamp, a key
-range through the Read API, and a partitioned read of one batch snapshot, each call under
-a Deadline.
+"""Reads the library sends outside SQLAlchemy: a strong read with its read timestamp and a
+partitioned read of one batch snapshot, each call under a Deadline.
 
 ``verify`` reads a whole table as it was at one moment: a strong single-use read gives the
 moment (its read timestamp), then a batch read-only transaction at that timestamp lists a
@@ -8,13 +7,13 @@ query's partitions (``PartitionQuery``) and streams each one. The handles these 
 take and give back (the ``Database`` of :func:`~sharded_orm.spanner.mutations.database_of`,
 a batch snapshot, a partition) are opaque to the callers, which see no client type and
 make no client call; :func:`call_failure` turns the client's errors into plain values.
-``copy_table`` reads its batches with :func:`read_key_range` (a key range seeks where a
-SQL keyset condition rescans from the start on the emulator).
+Key ranges (``copy_table``'s batches, the backfill's) are read on a session of our own:
+:class:`~sharded_orm.spanner.key_ranges.KeyRangeSession`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -27,7 +26,6 @@ __all__ = [
     "call_failure",
     "partition_rows",
     "partitions",
-    "read_key_range",
     "strong_first_row",
 ]
 
@@ -40,29 +38,6 @@ def strong_first_row(database: Any, sql: str, deadline: Deadline) -> tuple[list[
         result = strong.execute_sql(sql, timeout=deadline.call_timeout())
         row = list(next(iter(result)))
         return row, result.metadata.transaction.read_timestamp
-
-
-def read_key_range(
-    database: Any,
-    table: str,
-    columns: Sequence[str],
-    after: Sequence[Any] | None,
-    last: Sequence[Any],
-    limit: int,
-    deadline: Deadline,
-) -> list[list[Any]]:
-    """At most ``limit`` rows of ``table`` (``columns``, as the client hands them out) whose
-    key is past ``after`` (from the first when None) and at most ``last``, in key order:
-    one strong single-use ``Read`` of a key range, within ``deadline``."""
-    from google.cloud.spanner_v1 import KeyRange, KeySet
-
-    start = {"start_open": list(after)} if after is not None else {"start_closed": []}
-    keys = KeySet(ranges=[KeyRange(**start, end_closed=list(last))])  # type: ignore[no-untyped-call]
-    with database.snapshot() as snapshot:
-        found = snapshot.read(
-            table, list(columns), keys, limit=limit, retry=None, timeout=deadline.call_timeout()
-        )
-        return [list(r) for r in found]
 
 
 @contextmanager
