@@ -313,14 +313,16 @@ def test_the_sample_is_read_through_the_time_index(
     code, out, err = cli(capsys, "advise", f"{app.__name__}:Event", "--url", url,
                          "--candidates", COUNTS, *INSTANCE)  # fmt: skip
     assert code == 0, (out, err)
-    # the sample's read (the merges that price the reads run on their own tables, with a
-    # shard column)
-    [read] = [s for s in sent if "ORDER BY" in s and "ShardId" not in s]
-    if mutations is None:
-        assert "FORCE_INDEX" not in read
-    else:
-        assert "@{FORCE_INDEX=`Select`}" in read, read
-        assert read.index("@{FORCE_INDEX") < read.index("ORDER BY")
+    # the probe of the id's values and the sample's read, both of the newest rows (the
+    # merges that price the reads run on their own tables, with a shard column)
+    reads = [s for s in sent if "ORDER BY" in s and "ShardId" not in s]
+    assert len(reads) == 2, reads
+    for read in reads:
+        if mutations is None:
+            assert "FORCE_INDEX" not in read
+        else:
+            assert "@{FORCE_INDEX=`Select`}" in read, read
+            assert read.index("@{FORCE_INDEX") < read.index("ORDER BY")
 
 
 # --- (D) heavy skew: the counts the model is unsure of are simulated ----------------------------

@@ -535,7 +535,6 @@ TIME_ORDERED_IDS: dict[str, tuple[str, IdMaker, str]] = {
     "uuid7": ("Events", lambda w, r: str(_time_ordered(7, w, r)), "uuid7"),
     "uuid7 hex": ("Events", lambda w, r: _time_ordered(7, w, r).hex, "uuid7"),
     "uuid6": ("Events", lambda w, r: str(_time_ordered(6, w, r)), "uuid7"),
-    "uuid1": ("Events", lambda w, r: str(uuid.UUID(fields=_v1_fields(w, r))), "uuid7"),
     "ulid": ("Tickets", _ulid, "ulid"),
     "ulid lower": ("Tickets", lambda w, r: _ulid(w, r).lower(), "ulid"),
     "date prefix": ("Tickets", lambda w, r: f"{w:%Y%m%dT%H%M%S}-{r.random()}", "time_prefix"),
@@ -543,18 +542,6 @@ TIME_ORDERED_IDS: dict[str, tuple[str, IdMaker, str]] = {
     "epoch ms": ("Tickets", lambda w, r: f"{w.timestamp() * 1000:.0f}-{r.random()}", "time_prefix"),
     "uuid7 as Uuid": ("Items", lambda w, r: str(_time_ordered(7, w, r)), "uuid7"),
 }  # fmt: skip
-
-
-def _v1_fields(when: dt.datetime, rng: random.Random) -> tuple[int, int, int, int, int, int]:
-    ticks = int((when - dt.datetime(1582, 10, 15, tzinfo=dt.timezone.utc)).total_seconds() * 1e7)
-    return (
-        ticks & 0xFFFFFFFF,
-        (ticks >> 32) & 0xFFFF,
-        (ticks >> 48) & 0x0FFF | 0x1000,
-        0x80 | rng.getrandbits(6),
-        rng.getrandbits(8),
-        rng.getrandbits(48),
-    )
 
 
 def _tail_rows(table: str, make: IdMaker, minutes: int, seed: int) -> list[dict[str, Any]]:

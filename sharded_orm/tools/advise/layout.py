@@ -56,7 +56,9 @@ class Held:
     """A key column whose sampled values show another role than its declaration's."""
 
     column: str
-    role: str  # doctor's value role: uuid7, ulid, time_prefix (growing) or uuid4 (random)
+    #: doctor's value role: uuid7, ulid, time_prefix (growing); uuid4 (random) or uuid1 (a
+    #: version-1 UUID: its inserts sweep the key space, no end grows)
+    role: str
     why: str  # "its values are time-ordered UUIDs (version 7): 100% of 1,000 sampled"
 
     @property
@@ -292,6 +294,7 @@ def value_columns(table: sa.Table) -> list[sa.Column[Any]]:
 _HELD = {
     "uuid7": "time-ordered UUIDs",
     "uuid4": "random UUIDs",
+    "uuid1": "version-1 UUIDs, whose inserts sweep the key space and wrap (time_low first)",
     "ulid": "ULIDs (time-ordered)",
     "time_prefix": "text led by a time (a date, a date-time or Unix seconds)",
 }
@@ -332,7 +335,7 @@ def held_roles(table: sa.Table, rows: Iterable[Mapping[str, Any]]) -> tuple[Held
             continue
         what = _HELD[role]
         if role in ("uuid4", "uuid7"):  # the versions of the UUIDs that showed it
-            which = sorted(versions & ({4} if role == "uuid4" else {1, 6, 7}))
+            which = sorted(versions & ({4} if role == "uuid4" else {6, 7}))
             what += f" (version{'s' if len(which) > 1 else ''} {', '.join(map(str, which))})"
         why = f"its values are {what}: {n / len(values):.0%} of {len(values):,} sampled"
         out.append(Held(col.name, role, why))

@@ -303,9 +303,14 @@ def advise(
         raise ShardConfigError(f"target must be a positive number of writes/s, got {target!r}")
     size = check_positive_int(sample_size, "sample_size")
     kind, sample = source(sample)
-    # the key columns whose role their values decide (an app's UUIDv7 helper): as doctor does
+    # the key columns whose role their values decide (an app's UUIDv7 helper): as doctor does,
+    # on the newest rows, read by the time column of the layout the model declares
     table = table_of(model)
-    held = held_roles(table, probe(table, kind, sample))
+    try:
+        declared: Layout | None = layout_of(model, column, shard_on=shard_on, index=index)
+    except ShardConfigError:  # several or no key spaces grow as declared: the values decide
+        declared = None
+    held = held_roles(table, probe(table, kind, sample, declared))
     try:
         layout = layout_of(model, column, shard_on=shard_on, index=index, held=held)
         data = read(layout, kind, sample, rows_per_second, size, float(inst.tick))

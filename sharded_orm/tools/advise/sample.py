@@ -14,16 +14,19 @@ the split model adds again), and never below the mean.
 
 Before the layout is chosen, :func:`probe` reads a few rows of the key columns whose role
 their values decide (``layout.held_roles``): a UUID or text key filled by an app's helper.
+It reads the newest rows by the table's time column: an app that changed its id scheme
+(random UUIDv4 to UUIDv7, a sequence to random ids) is judged by the ids it writes now.
 """
 
 from __future__ import annotations
 
 import csv
 import datetime as dt
+import heapq
 import itertools
 import math
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from decimal import Decimal
 from pathlib import Path
@@ -37,7 +40,8 @@ from sharded_orm.errors import ShardConfigError, ShardTypeError, ShardValueError
 from sharded_orm.read.plan import EMULATOR_NULL_FILTER_HINT
 from sharded_orm.schema.coerce import base_type
 from sharded_orm.tools.advise.layout import Held, Layout, SeveralGrow, layout_of, value_columns
-from sharded_orm.tools.doctor.keys import parse_timestamp
+from sharded_orm.tools.doctor.keys import parse_timestamp, role_of
+from sharded_orm.tools.lint import index_parts
 
 #: the most rows a sample keeps (memory and the merge runs stay small)
 MAX_ROWS = 200_000
@@ -229,6 +233,12 @@ def from_csv(layout: Layout, path: str | Path, rows_per_second: float | None = N
 
 def _csv_records(p: Path, limit: int) -> list[dict[str, str]]:
     """The first ``limit`` records of the CSV file ``p`` as text by its header's names."""
+    return list(itertools.islice(_csv_stream(p), limit))
+
+
+def _csv_stream(p: Path) -> Iterator[dict[str, str]]:
+    """The records of the CSV file ``p`` as text by its header's names, one at a time (a
+    file of at most ``MAX_FILE_BYTES``); a malformed record or file refused, saying where."""
     if not p.is_file():
         raise ShardConfigError(f"no such file: {str(p)!r} (give a CSV of the table's rows)")
     if p.stat().st_size > MAX_FILE_BYTES:
@@ -236,23 +246,21 @@ def _csv_records(p: Path, limit: int) -> list[dict[str, str]]:
             f"{str(p)!r} is {p.stat().st_size:,} bytes, more than advise reads "
             f"({MAX_FILE_BYTES:,}): a sample of {MAX_ROWS:,} rows is enough"
         )
-    rows: list[dict[str, str]] = []
     try:
         with p.open(newline="", encoding="utf-8-sig") as f:
-            for i, raw in enumerate(itertools.islice(csv.DictReader(f), limit)):
+            for i, raw in enumerate(csv.DictReader(f)):
                 if None in raw or None in raw.values():
                     raise ShardValueError(
                         f"{str(p)!r} line {i + 2}: a different number of fields than the header "
                         "(a truncated or edited file?)"
                     )
-                rows.append(raw)
+                yield raw
     except UnicodeDecodeError as exc:
         raise ShardValueError(
             f"{str(p)!r} is not UTF-8 text (offset {exc.start}): export the rows as UTF-8 CSV"
         ) from None
     except csv.Error as exc:
         raise ShardValueError(f"{str(p)!r} is not a readable CSV file: {exc}") from None
-    return rows
 
 
 def from_engine(
@@ -273,7 +281,7 @@ def from_engine(
         newest = next(c for c in t.columns if c.name == layout.growing)  # by name: keys differ
         stmt = stmt.order_by(newest.desc())
         if layout.index is not None:
-            stmt = _through_index(stmt, layout, engine.dialect)
+            stmt = _through_index(stmt, t, layout.index, engine.dialect)
     elif rows_per_second is None:
         raise ShardConfigError(
             f"{t.name}: the key space sized has no time-ordered part, so neither its newest "
@@ -294,20 +302,22 @@ def from_engine(
 _SPANNER_HINTS = "spanner+spanner"
 
 
-def _through_index(stmt: sa.Select[Any], layout: Layout, dialect: Any) -> sa.Select[Any]:
-    """``stmt`` read through the layout's index on Spanner: its name quoted into the
-    ``FORCE_INDEX`` hint; a NULL_FILTERED index's nullable parts filtered to NOT NULL (the
-    rows it holds), with the hint the emulator needs to use it (Spanner ignores that one)."""
-    if not str(getattr(dialect, "name", "")).startswith("spanner") or layout.index is None:
+def _through_index(
+    stmt: sa.Select[Any], table: sa.Table, index: str, dialect: Any
+) -> sa.Select[Any]:
+    """``stmt`` read through ``table``'s index ``index`` on Spanner: its name quoted into
+    the ``FORCE_INDEX`` hint; a NULL_FILTERED index's nullable parts filtered to NOT NULL
+    (the rows it holds), with the hint the emulator needs to use it (Spanner ignores that
+    one). Elsewhere ``stmt`` as it is."""
+    if not str(getattr(dialect, "name", "")).startswith("spanner"):
         return stmt
-    t = layout.table
-    hint = f"FORCE_INDEX={quote_identifier(dialect, layout.index, 'index name')}"
-    ix = next((i for i in t.indexes if i.name == layout.index), None)
+    hint = f"FORCE_INDEX={quote_identifier(dialect, index, 'index name')}"
+    ix = next((i for i in table.indexes if i.name == index), None)
     if ix is not None and ix.dialect_kwargs.get("spanner_null_filtered"):
-        nullable = [c for c in ix.columns if c.nullable]
+        nullable = [table.c[c.key] for c in ix.columns if isinstance(c, sa.Column) and c.nullable]
         stmt = stmt.where(*[c.is_not(None) for c in nullable])
         hint += f", {EMULATOR_NULL_FILTER_HINT}"
-    return stmt.with_hint(t, f"@{{{hint}}}", _SPANNER_HINTS)
+    return stmt.with_hint(table, f"@{{{hint}}}", _SPANNER_HINTS)
 
 
 #: the share of a column's steps (row to next row, oldest first) that go one way for its
@@ -406,19 +416,116 @@ def read(layout: Layout, kind: str, sample: Any, rows_per_second: float | None, 
     return from_rows(layout, sample, "the rows given", rows_per_second, window)
 
 
-def probe(table: sa.Table, kind: str, sample: Any) -> list[dict[str, Any]]:
+def probe_order(table: sa.Table, layout: Layout | None = None) -> tuple[str, str | None] | None:
+    """The time column :func:`probe` reads the newest rows by, and the index it reads them
+    through (None: the table), by name: the growing part of ``layout`` (the layout as the
+    model declares it, before the values decide) where that is a time column, the read
+    :func:`from_engine` makes; else the first time part of ``table``'s key, then of its
+    indexes (by name). None: no key or index has a time part, so the newest rows cannot be
+    read without a scan and sort of the whole table."""
+    if layout is not None and layout.growing is not None:
+        col = next((c for c in table.columns if c.name == layout.growing), None)
+        if col is not None and role_of(col) == "time":
+            return col.name, layout.index
+    spaces: list[tuple[str | None, list[sa.Column[Any]]]] = [
+        (None, list(table.primary_key.columns))
+    ]
+    for ix in sorted(table.indexes, key=lambda i: str(i.name)):
+        try:
+            spaces.append((str(ix.name), [c for c, _ in index_parts(ix)]))
+        except ShardConfigError:  # a part that is an expression
+            continue
+    for index, parts in spaces:
+        for c in parts:
+            if role_of(c) == "time":
+                return c.name, index
+    return None
+
+
+def _instant(value: Any) -> dt.datetime | None:
+    """``value`` as an instant to order rows by (a naive datetime taken as UTC, a date as
+    its midnight UTC), or None (no time: such rows count as the oldest)."""
+    if isinstance(value, dt.datetime):
+        return value if value.tzinfo else value.replace(tzinfo=dt.timezone.utc)
+    if isinstance(value, dt.date):
+        return dt.datetime(value.year, value.month, value.day, tzinfo=dt.timezone.utc)
+    return None
+
+
+_OLDEST = dt.datetime.min.replace(tzinfo=dt.timezone.utc)
+
+
+def _newest(items: Iterable[tuple[Any, dict[str, Any]]], n: int) -> list[dict[str, Any]]:
+    """The ``n`` rows of ``items`` ((time, row) pairs) with the greatest times, newest
+    first, read one at a time with at most ``n`` kept; between equal times the later row
+    is taken as the newer (a file appended to in time order)."""
+    kept: list[tuple[dt.datetime, int, dict[str, Any]]] = []
+    for i, (when, row) in enumerate(items):
+        key = (_instant(when) or _OLDEST, i)
+        if len(kept) < n:
+            heapq.heappush(kept, (*key, row))
+        elif key > kept[0][:2]:
+            heapq.heapreplace(kept, (*key, row))
+    return [row for *_, row in sorted(kept, key=lambda k: k[:2], reverse=True)]
+
+
+def _csv_newest(p: Path, time: sa.Column[Any], n: int) -> list[dict[str, str]]:
+    """The ``n`` records of the CSV file ``p`` with the greatest ``time`` (parsed as the
+    sample parses it; an empty one counts as the oldest), the file streamed; its first
+    ``n`` records where its header has no such column."""
+    records = _csv_stream(p)
+    first = next(records, None)
+    if first is None:
+        return []
+    if time.name not in first:
+        return [first, *itertools.islice(records, n - 1)]
+
+    def timed() -> Iterator[tuple[Any, dict[str, Any]]]:
+        for i, raw in enumerate(itertools.chain([first], records)):
+            text = raw[time.name]
+            where = f"{str(p)!r} line {i + 2}"
+            yield (_parse(time, text, where) if text.strip() else None), raw
+
+    return _newest(timed(), n)
+
+
+def probe(
+    table: sa.Table, kind: str, sample: Any, layout: Layout | None = None
+) -> list[dict[str, Any]]:
     """Up to ``PROBE_ROWS`` rows of ``table``'s key columns whose role their values decide
-    (``layout.value_columns``), from ``sample`` (of :func:`source`'s ``kind``): a CSV's
-    first records (as text), the database's (one statement, ``LIMIT``), the rows given.
+    (``layout.value_columns``), from ``sample`` (of :func:`source`'s ``kind``): the newest,
+    by the time column :func:`probe_order` gives (``layout``: the model's layout before the
+    values decide, where it has one), so that ids an app writes now decide, not the ones
+    it wrote before changing its id scheme.
+
+    The database's: one statement, ``ORDER BY <time> DESC LIMIT``, through the time
+    index on Spanner as :func:`from_engine` reads (``@{FORCE_INDEX=...}``). A CSV's: the
+    records with the greatest times, the whole file streamed with ``PROBE_ROWS`` kept
+    (its order is not trusted); the rows given: those with the greatest times. A record
+    without a time counts as the oldest. Where no key or index has a time part, there is
+    no cheap way to the newest rows (the database would scan and sort the whole table):
+    the database's any ``PROBE_ROWS`` rows, a CSV's first records, the first rows given.
     A workload's rows are made from the declared roles: they show nothing else (none)."""
     cols = value_columns(table)
     if not cols or kind == "workload":
         return []
+    order = probe_order(table, layout)
     if kind == "csv":
-        return [dict(r) for r in _csv_records(Path(sample), PROBE_ROWS)]
+        if order is None:
+            return [dict(r) for r in _csv_records(Path(sample), PROBE_ROWS)]
+        time = next(c for c in table.columns if c.name == order[0])
+        return _csv_newest(Path(sample), time, PROBE_ROWS)
     if kind == "engine":
-        stmt = sa.select(*[table.c[c.key] for c in cols]).limit(PROBE_ROWS)
+        stmt = sa.select(*[table.c[c.key] for c in cols])
+        if order is not None:
+            name, index = order
+            stmt = stmt.order_by(next(c for c in table.columns if c.name == name).desc())
+            if index is not None:
+                stmt = _through_index(stmt, table, index, sample.dialect)
         with sample.connect() as conn:
-            return [dict(zip([c.name for c in cols], r, strict=True)) for r in conn.execute(stmt)]
-    rows = itertools.islice(sample, PROBE_ROWS)
-    return [dict(r) for r in rows if isinstance(r, Mapping)]
+            result = conn.execute(stmt.limit(PROBE_ROWS))
+            return [dict(zip([c.name for c in cols], r, strict=True)) for r in result]
+    given = (dict(r) for r in sample if isinstance(r, Mapping))
+    if order is None:
+        return list(itertools.islice(given, PROBE_ROWS))
+    return _newest(((r.get(order[0]), r) for r in given), PROBE_ROWS)

@@ -75,6 +75,10 @@ NOT_BY_MIGRATION = {
     "space (a growing key), so a cut is stale at once. The keys here show no growing part "
     "a shard column could spread; look for writes in key order (a bulk load sorted by key: "
     "load in random or shard order, presplit first)",
+    "uuid1": "its key holds version-1 UUIDs, whose inserts land at a point that sweeps the "
+    "key space and wraps (time_low first), not at a growing end: no shard column or count "
+    "is the fix. No migration is needed either: make the new ids version 4 (uuid.uuid4()), "
+    "the rows written stay as they are",
     "UNSPECIFIED": "Spanner gave no reason (UNSPECIFIED) and the keys show no pattern a "
     "migration fixes; watch the next windows, and look at Query and Lock Insights",
     "unknown_table": "its split keys name no table or index of the models: give the models "
@@ -221,6 +225,8 @@ class Planner:
         if finding.pattern == "unknown":
             if finding.kind == "unknown":
                 return Refusal(finding, NOT_BY_MIGRATION["unknown_table"])
+            if "uuid1" in finding.roles.values() and "LARGE_SCAN_HOT_SPOT" not in reasons:
+                return Refusal(finding, NOT_BY_MIGRATION["uuid1"])
             for code in ("MOVING_HOT_SPOT", "LARGE_SCAN_HOT_SPOT"):
                 if code in reasons:
                     return Refusal(finding, NOT_BY_MIGRATION[code])

@@ -37,7 +37,7 @@ from sharded_orm.tools.doctor.groups import (
     Rows,
     value_of,
 )
-from sharded_orm.tools.doctor.keys import Catalog, role_of
+from sharded_orm.tools.doctor.keys import UUID1_KEYS, Catalog, role_of
 from sharded_orm.tools.doctor.sources import INTERVAL_SECONDS, VIEWS, SplitRow
 
 PATTERNS = (
@@ -214,7 +214,7 @@ def _classify(name: str, group: Group, catalog: Catalog, window: str) -> list[Ho
 
 #: what a key part's values showed, where its declaration did not say it grows
 HELD = {
-    "uuid7": "time-ordered UUIDs (version 1, 6 or 7)",
+    "uuid7": "time-ordered UUIDs (version 6 or 7)",
     "ulid": "ULIDs (time-ordered)",
     "time_prefix": "values led by a time",
 }
@@ -253,6 +253,26 @@ def _classify_range(
     )
     if mono is None:
         reasons = sorted(rows.reasons)
+        v1 = next((c.name for (c, _), r in zip(cols, roles, strict=True) if r == "uuid1"), None)
+        if v1 is not None:
+            return _finding(
+                name,
+                kind,
+                "unknown",
+                f"{name} is hot where new rows go, and {v1} holds version-1 UUIDs (its split "
+                f"keys show them): {UUID1_KEYS}"
+                + (f" (Spanner says: {', '.join(reasons)})" if reasons else "")
+                + f". It is not a key that grows at its end: no shard column over {v1} and "
+                f"no bigger count is the fix. Make the new ids version 4 (uuid.uuid4(): "
+                "random, the inserts spread over the key space; the rows written stay as "
+                "they are), or version 7 behind a leading shard column if reads need them "
+                "in time order.",
+                rows,
+                window,
+                tenant=top_tenant,
+                column=v1,
+                **common,
+            )
         return _finding(
             name,
             kind,

@@ -13,7 +13,8 @@ from sharded_orm.tools.doctor.keys import Key, role_of
 from sharded_orm.tools.doctor.sources import INTERVAL_SECONDS, VIEWS, SplitRow
 
 #: key part roles that grow with time: a timestamp, a plain counter, a time-ordered UUID
-#: (version 1, 6, 7), a ULID, text led by a time
+#: (version 6, 7), a ULID, text led by a time (not a version-1 UUID, ``uuid1``: its inserts
+#: sweep the key space and wrap, see ``keys.UUID1_KEYS``)
 MONOTONIC_ROLES = ("time", "counter", "uuid7", "ulid", "time_prefix")
 
 

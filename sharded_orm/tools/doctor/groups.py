@@ -110,7 +110,7 @@ def is_hot_key(r: DecodedRow) -> bool:
         return False
     if len(s.parts) != s.full_length or len(lim.parts) != len(s.parts):
         return False
-    if s.parts[-1].role in MONOTONIC_ROLES:
+    if s.parts[-1].role in (*MONOTONIC_ROLES, "uuid1"):  # where new rows go, not a hot key
         return False
     return [p.value for p in s.parts[:-1]] == [p.value for p in lim.parts[:-1]]
 

@@ -112,8 +112,8 @@ class KeyPart:
 
     column: str
     value: Any
-    #: shard, tenant, time, counter, bit_reversed, uuid4, uuid7, ulid, time_prefix, user,
-    #: random, constant (a UUID, ULID or time-led text: from the value itself)
+    #: shard, tenant, time, counter, bit_reversed, uuid4, uuid7, uuid1, ulid, time_prefix,
+    #: user, random, constant (a UUID, ULID or time-led text: from the value itself)
     role: str
     descending: bool = False
     #: for a bit-reversed INT64: the sequence number it came from
@@ -278,17 +278,33 @@ def _plausible(seconds: float) -> bool:
     return low <= seconds < high
 
 
+#: minutes a version-1 UUID's leading field (``time_low``: the low 32 bits of its count of
+#: 100-ns ticks) takes to wrap: 2**32 ticks
+UUID1_WRAP_MINUTES = 2**32 * 100e-9 / 60
+#: what a key led by version-1 UUIDs does with its inserts (said by doctor and advise)
+UUID1_KEYS = (
+    "a version-1 UUID's text starts with time_low, the low 32 bits of its 100-ns clock, "
+    f"which wraps about every {UUID1_WRAP_MINUTES:.2f} minutes: the rows written together "
+    "land together, at a point that walks across the key space and wraps, so the hotspot "
+    "moves rather than sitting at the end"
+)
+
+
 def _uuid_role(u: uuid.UUID) -> str | None:
     if u.variant != uuid.RFC_4122:
         return None
-    if u.version in (1, 6, 7):
-        return "uuid7"  # time-ordered (v7: Unix ms first; v1/v6: a 60-bit clock)
+    if u.version in (6, 7):
+        return "uuid7"  # time-ordered: v7's Unix ms, v6's 60-bit clock, most significant first
+    if u.version == 1:
+        return "uuid1"  # the clock's low 32 bits first: a moving point, not a growing end
     return "uuid4" if u.version == 4 else None
 
 
 def value_role(value: Any) -> str | None:
     """What a key part's value shows by its shape, or None: ``uuid7`` (a UUID whose version
-    nibble is 1, 6 or 7: time-ordered), ``uuid4`` (version 4: random), ``ulid`` (26
+    nibble is 6 or 7: time-ordered, its clock's high bits first), ``uuid1`` (version 1: its
+    clock's low 32 bits first, so its inserts sweep the key space and wrap, see
+    ``UUID1_KEYS``: neither growing nor spread), ``uuid4`` (version 4: random), ``ulid`` (26
     Crockford base-32 characters led by a 48-bit millisecond time in 2000-2100),
     ``time_prefix`` (text led by a date, a date-time or Unix seconds, ms, us or ns in
     2000-2100). A value decides nothing alone: doctor takes a column's role from most of
