@@ -23,15 +23,21 @@ A read that misses its deadline, or is cut and cannot resume, fails with the DB-
 can be retried; the client's error is its ``__cause__``.
 
 Writes (DML) run under the same deadline: a single INSERT/UPDATE/DELETE through
-``execute_sql``, and an ``executemany`` (batch DML, ``ExecuteBatchDml``), whose requests
-the DB-API sent under the client's own per-request default (30 s) and, when one failed,
-followed with a ``BeginTransaction`` under another 30 s. A batch larger than
-:data:`BATCH_DML_STATEMENTS` is sent in requests of at most that many statements within
-the transaction (the emulator spends time quadratic in one request's statements: 800
-updates in one request took 27 s, 2,500 never finished within 30 s); in autocommit mode
-it stays one request (splitting it would commit its parts apart). A write that misses its
-deadline fails with an ``OperationalError`` saying what holds for a write: nothing of it
-is committed, and its transaction must be rolled back and run again.
+``execute_sql``, and batch DML (``ExecuteBatchDml``: an ``executemany``, a ``RUN BATCH``),
+whose requests the DB-API sent under the client's own per-request default (30 s,
+whatever ``timeout`` was given) and, when one failed, followed with a
+``BeginTransaction`` under another 30 s. Every batch is sent in requests of at most
+:data:`BATCH_DML_STATEMENTS` statements and :data:`BATCH_DML_BYTES` bytes as sent (SQL
+text and parameters), one after another in the same transaction (an autocommit batch's
+too: all its requests run in the one transaction it commits), each under the time left
+until the deadline (:func:`batch_dml_requests`). What the caller sees is what one request
+would answer: the statements run in order, the first that fails stops the batch and its
+status is the batch's, and the row counts are those of the statements that ran. (The
+emulator's time grows faster than its statements: 2,500 UPDATEs in one request never
+finished within the client's 30 s; in requests of 100 they take about a minute there.)
+A write that misses its deadline fails with an ``OperationalError`` saying what holds for
+a write: nothing of it is committed, and its transaction must be rolled back and run
+again; so does one whose result stream (``THEN RETURN``) fails while it is fetched.
 """
 
 from __future__ import annotations
@@ -49,8 +55,15 @@ from google.api_core import exceptions as _api
 from google.api_core.retry import Retry, if_exception_type
 from google.cloud.spanner_dbapi import Cursor
 from google.cloud.spanner_dbapi import exceptions as _dbapi
+from google.rpc.code_pb2 import OK as _OK
 
 from sharded_orm.checks import MAX_SECONDS, is_seconds
+from sharded_orm.limits import (
+    SPANNER_REQUEST_BYTES,
+    SPANNER_REQUEST_OVERHEAD,
+    commit_chunks,
+    param_bytes,
+)
 from sharded_orm.retry import DEFAULTS, Deadline
 from sharded_orm.telemetry import carried
 
@@ -74,8 +87,18 @@ MAX_STUCK_CALLS = 64
 #: it ends.
 IDLE_WORKER_SECONDS = 2.0
 
-#: Statements per ``ExecuteBatchDml`` request of one ``executemany`` in a transaction.
+#: Statements per ``ExecuteBatchDml`` request (a larger batch is sent in several, in the
+#: same transaction): the emulator's time per statement grows with a request's.
 BATCH_DML_STATEMENTS = 100
+
+#: Bytes of one ``ExecuteBatchDml`` request, its statements' SQL texts and parameters as
+#: sent ("Request size other than for commits | 10 MiB", less what the request carries
+#: besides its statements).
+BATCH_DML_BYTES = SPANNER_REQUEST_BYTES - SPANNER_REQUEST_OVERHEAD
+
+#: Bytes one statement of a batch carries besides its SQL text and its parameters'
+#: values: its parameters' names and types, its framing (an upper bound).
+BATCH_STATEMENT_OVERHEAD = 64
 
 #: The longest wait between two attempts of an autocommit batch aborted again (and at
 #: most an eighth of the time left).
@@ -356,11 +379,69 @@ class _Bounded(Through):
         return self._inner.execute_sql(*args, **{**self._options, **kwargs})
 
 
+def statement_bytes(statement: Any) -> int:
+    """Bytes one statement of a batch (``batch_update``'s SQL text, or its ``(sql, params,
+    param_types)``) takes in an ``ExecuteBatchDml`` request, about: its SQL text (UTF-8),
+    each parameter's name and value (:func:`~sharded_orm.limits.param_bytes`) and
+    :data:`BATCH_STATEMENT_OVERHEAD`."""
+    if isinstance(statement, str):
+        return len(statement.encode()) + BATCH_STATEMENT_OVERHEAD
+    sql, params = statement[0], statement[1] or {}
+    size = len(sql.encode()) + BATCH_STATEMENT_OVERHEAD
+    for name, value in params.items():
+        size += len(name) + 16 + param_bytes(value)
+    return size
+
+
+def batch_dml_requests(
+    statements: list[Any],
+    most: int = BATCH_DML_STATEMENTS,
+    byte_limit: int = BATCH_DML_BYTES,
+) -> list[tuple[int, int]]:
+    """A batch's statements cut into ``ExecuteBatchDml`` requests, as ``[start, end)``
+    ranges in order: each of at most ``most`` statements and ``byte_limit`` bytes as sent
+    (:func:`statement_bytes`). A statement alone over the bytes is a request of its own,
+    for Spanner to refuse with its own message."""
+    if len(statements) <= most:  # (the common batch: one request unless its bytes say more)
+        sizes = [statement_bytes(st) for st in statements]
+        if sum(sizes) <= byte_limit:
+            return [(0, len(statements))] if statements else []
+    else:
+        sizes = [statement_bytes(st) for st in statements]
+    return commit_chunks(sizes, 1, mutations=most, byte_limit=byte_limit)
+
+
 class _BoundedTransaction(_Bounded):
     """A read-write Transaction whose reads and batch DML carry the statement's deadline."""
 
-    def batch_update(self, *args: Any, **kwargs: Any) -> Any:
-        return self._inner.batch_update(*args, **{**self._options, **kwargs})
+    def batch_update(
+        self,
+        statements: Any,
+        request_options: Any = None,
+        last_statement: bool = False,
+        **kwargs: Any,
+    ) -> Any:
+        """The client's ``batch_update``, the batch sent in requests of at most
+        :data:`BATCH_DML_STATEMENTS` statements and :data:`BATCH_DML_BYTES` bytes, one
+        after another in this transaction, each under the time left until the deadline.
+        Answers as one request would: the first statement that fails ends the batch, its
+        status is returned with the row counts of the statements run before it."""
+        kwargs = {**self._options, **kwargs}
+        statements = list(statements)
+        requests = batch_dml_requests(statements)
+        if len(requests) <= 1:
+            return self._inner.batch_update(statements, request_options, last_statement, **kwargs)
+        counts: list[int] = []
+        status: Any = None
+        for i, (start, end) in enumerate(requests):
+            last = last_statement and i == len(requests) - 1  # (the commit follows it)
+            status, got = self._inner.batch_update(
+                statements[start:end], request_options, last, **kwargs
+            )
+            counts.extend(got)
+            if status.code != _OK:
+                break
+        return status, counts
 
     def _reset_and_begin(self) -> Any:
         # The DB-API begins the transaction explicitly when a batch that was to begin it
@@ -388,11 +469,15 @@ class _BoundedDatabase(_Bounded):
         # replays carry the statement's deadline (a replay waits at most an eighth of
         # the time left); the whole call, its Commit included, is waited for until then.
         deadline = self._options.get("timeout")
-        if not isinstance(deadline, StatementDeadline):
-            return self._inner.run_in_transaction(func, *args, **kwargs)
+        options = self._options
+        if not isinstance(deadline, StatementDeadline):  # (its batches cut to size all the same)
+
+            def sized(transaction: Any, *a: Any, **kw: Any) -> Any:
+                return func(_BoundedTransaction(transaction, options), *a, **kw)
+
+            return self._inner.run_in_transaction(sized, *args, **kwargs)
         kwargs.setdefault("timeout_secs", deadline.left)
         kwargs.setdefault("default_retry_delay", min(AUTOCOMMIT_REPLAY_DELAY, deadline.left / 8))
-        options = self._options
         committing: list[bool] = []
 
         def bounded(transaction: Any, *a: Any, **kw: Any) -> Any:
@@ -562,28 +647,26 @@ class DeadlineCursor(Cursor):  # type: ignore[misc]
         #: the error that ended the result's stream during the current fetch
         self.stream_error: Exception | None = None
 
+    #: the statement executed last is a write (DML): its rows (``THEN RETURN``) are a
+    #: write's, and a failure fetching them is worded as one
+    wrote = False
+
     def execute(self, sql: Any, args: Any = None) -> Any:
-        if isinstance(sql, str) and _DML.match(sql):
+        self.wrote = isinstance(sql, str) and _DML.match(sql) is not None
+        if self.wrote:
             with write_errors(self.deadline_seconds, self._autocommit_deadline()):
                 return super().execute(sql, args)
         return super().execute(sql, args)
 
     def executemany(self, operation: Any, seq_of_params: Any) -> Any:
-        if not (isinstance(operation, str) and _DML.match(operation)):
+        self.wrote = isinstance(operation, str) and _DML.match(operation) is not None
+        if not self.wrote:
             return super().executemany(operation, seq_of_params)
+        # (its requests are cut to size by the transaction: _BoundedTransaction)
         with write_errors(self.deadline_seconds, self._autocommit_deadline()):
+            # (a list: the DB-API keeps it to replay the batch after an ABORTED)
             rows = seq_of_params if isinstance(seq_of_params, list) else list(seq_of_params)
-            step = BATCH_DML_STATEMENTS
-            if len(rows) <= step or not self.connection._client_transaction_started:
-                return super().executemany(operation, rows)
-            counts: list[int] = []
-            for start in range(0, len(rows), step):
-                super().executemany(operation, rows[start : start + step])
-                counts.extend(getattr(self, "_batch_dml_rows_count", None) or ())
-            # what one request would have reported: every statement's count, and their sum
-            self._batch_dml_rows_count = counts
-            self._row_count = sum(max(n, 0) for n in counts)
-            return None
+            return super().executemany(operation, rows)
 
     def _autocommit_deadline(self) -> StatementDeadline | None:
         # an ABORTED that escapes a statement in a transaction is the DB-API's own
@@ -629,20 +712,27 @@ class DeadlineCursor(Cursor):  # type: ignore[misc]
             "result is incomplete."
         ) from error
 
+    def _fetch_errors(self) -> Any:
+        """How a failure of this fetch is worded: a write's rows (``THEN RETURN``) as a
+        write's, anything else as a read's."""
+        if self.wrote:
+            return write_errors(self.deadline_seconds)
+        return read_errors(self.deadline_seconds)
+
     def fetchone(self) -> Any:
-        with read_errors(self.deadline_seconds):
+        with self._fetch_errors():
             self.stream_error = None
             row = super().fetchone()
             return self._fetched(row, int(row is not None))
 
     def fetchmany(self, size: int | None = None) -> Any:
-        with read_errors(self.deadline_seconds):
+        with self._fetch_errors():
             self.stream_error = None
             rows = super().fetchmany(size)
             return self._fetched(rows, len(rows))
 
     def fetchall(self) -> Any:
-        with read_errors(self.deadline_seconds):
+        with self._fetch_errors():
             self.stream_error = None
             rows = super().fetchall()
             return self._fetched(rows, len(rows))
