@@ -33,6 +33,7 @@ ROLES = (
     "tenant",
     "user",
     "uuid4",
+    "uuid1",
     "uuid7",
     "counter",
     "bit_reversed",
@@ -224,7 +225,9 @@ def guess_role(col: Column[Any]) -> str:
             return "bit_reversed" if getattr(owner, "bit_reversed", False) else "counter"
         return "random"
     version = uuid_default_version(col)
-    if version in (1, 6, 7):
+    if version == 1:
+        return "uuid1"
+    if version in (6, 7):
         return "uuid7"
     return "uuid4"
 
@@ -295,6 +298,8 @@ class RowMaker:
         from sharded_orm.ids.mixins import bit_reverse  # the library's own function
 
         self.bit_reverse = bit_reverse
+        # one writing host's clock sequence and node (a version-1 UUID's last 62 bits)
+        self.uuid1_node = (zlib.crc32(table.name.encode()) * 0x9E3779B97F4A7C15) & ((1 << 62) - 1)
 
     def make(self, rng: random.Random, t_us: int, counter: int) -> dict[Any, Any]:
         """One row written at ``t_us`` (microseconds since the epoch)."""
@@ -313,6 +318,9 @@ class RowMaker:
                 row[col] = self._user(user_n, t)
             elif role == "uuid4":
                 v = uuid.UUID(int=rng.getrandbits(128), version=4)
+                row[col] = v if isinstance(t, sqltypes.Uuid) else str(v)
+            elif role == "uuid1":
+                v = uuid1(t_us, self.uuid1_node)
                 row[col] = v if isinstance(t, sqltypes.Uuid) else str(v)
             elif role == "uuid7":
                 v = uuid7(t_us, rng)
@@ -349,6 +357,22 @@ class RowMaker:
 
 def one_getter(col: Column[Any]) -> Callable[[dict[Any, Any]], tuple[Any]]:
     return lambda row: (row[col],)
+
+
+#: 100-ns intervals from the Gregorian epoch (1582-10-15) to the Unix epoch
+GREGORIAN_OFFSET = 0x01B21DD213814000
+
+
+def uuid1(t_us: int, node: int) -> uuid.UUID:
+    """The version-1 UUID of one host (``node``) at ``t_us``, laid out as RFC 9562 says:
+    ``time_low`` (the timestamp's low 32 bits, which wrap about every 7.16 minutes) first,
+    so consecutive inserts sit together and their point sweeps the key space."""
+    ts = GREGORIAN_OFFSET + t_us * 10
+    time_low, time_mid, time_hi = ts & 0xFFFFFFFF, (ts >> 32) & 0xFFFF, (ts >> 48) & 0x0FFF
+    value = (time_low << 96) | (time_mid << 80) | ((0x1000 | time_hi) << 64)
+    return uuid.UUID(
+        int=value | (0b10 << 62) | ((node >> 48 & 0x3FFF) << 48) | (node & (1 << 48) - 1)
+    )
 
 
 def uuid7(t_us: int, rng: random.Random) -> uuid.UUID:
