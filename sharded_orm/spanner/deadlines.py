@@ -55,7 +55,6 @@ from google.api_core import exceptions as _api
 from google.api_core.retry import Retry, if_exception_type
 from google.cloud.spanner_dbapi import Cursor
 from google.cloud.spanner_dbapi import exceptions as _dbapi
-from google.rpc.code_pb2 import OK as _OK
 
 from sharded_orm.checks import MAX_SECONDS, is_seconds
 from sharded_orm.limits import (
@@ -66,6 +65,9 @@ from sharded_orm.limits import (
 )
 from sharded_orm.retry import DEFAULTS, Deadline
 from sharded_orm.telemetry import carried
+
+#: google.rpc.Code.OK: the status of a batch DML whose statements all ran
+OK_CODE = 0
 
 #: Execution option naming a statement's deadline, in seconds.
 TIMEOUT_OPTION = "timeout"
@@ -439,7 +441,7 @@ class _BoundedTransaction(_Bounded):
                 statements[start:end], request_options, last, **kwargs
             )
             counts.extend(got)
-            if status.code != _OK:
+            if status.code != OK_CODE:
                 break
         return status, counts
 
