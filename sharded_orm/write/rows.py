@@ -20,6 +20,7 @@ from __future__ import annotations
 import datetime as _dt
 from collections.abc import Mapping, Sequence
 from contextvars import ContextVar
+from types import MappingProxyType
 from typing import Any
 
 from sqlalchemy.sql.elements import BindParameter
@@ -394,8 +395,11 @@ def _check_given(
         raise mismatch(sc, given, shard)
 
 
-#: the generated INSERT filler of each table's client-computed shards
-_fillers: Memo[tuple[tuple[ShardColumn, ...], bool], RowsFiller] = Memo("write.insert_fillers", 256)
+#: the generated INSERT filler of each table's client-computed shards, with the
+#: ``RowShards`` its slow rows go through
+_fillers: Memo[tuple[tuple[ShardColumn, ...], bool], tuple[RowsFiller, RowShards]] = Memo(
+    "write.insert_fillers", 256
+)
 
 
 #: ``found`` when every source is given: the row of no key holds no value to read
@@ -431,21 +435,26 @@ def fast_insert_rows(
     if plan is None:
         plan = tuple(shards.client_made)
     key = (plan, in_place)
-    filler = _fillers.get(key)
-    if filler is None:
+    hit = _fillers.get(key)
+    if hit is None:
         checker = RowShards(plan, on_spanner=False)
 
         def slow_row(row: dict[str, Any]) -> dict[str, Any]:
-            return checker.insert_row(row, {}, _writing.get())
+            return checker.insert_row(row, _NO_VALUES, _writing.get())
 
-        filler = rows_filler(plan, slow_row, in_place=in_place)
-        _fillers.put(key, filler)
+        hit = (rows_filler(plan, slow_row, in_place=in_place), checker)
+        _fillers.put(key, hit)
+    filler, checker = hit
     token = _writing.set(shards.connection)  # the cached filler's slow rows see this write's
     try:
         return filler(rows)
     finally:
         _writing.reset(token)
+        checker.defaults.end_write()  # (shared: keeps no connection past its write)
 
+
+#: the ``.values()`` of the rows :func:`fast_insert_rows` fills: none
+_NO_VALUES: Mapping[str, Any] = MappingProxyType({})
 
 #: the connection of the INSERT :func:`fast_insert_rows` fills (its cached filler is shared)
 _writing: ContextVar[Any] = ContextVar("sharded_orm_writing", default=None)

@@ -21,6 +21,7 @@ from sqlalchemy.sql.elements import (
 from sqlalchemy.sql.schema import Column
 
 from sharded_orm.errors import ShardConfigError
+from sharded_orm.memo import Memo
 
 #: Returned where a value is SQL (or absent) rather than a Python value.
 MISSING: Any = object()
@@ -177,6 +178,25 @@ def prefetch_columns(table: Any, given: Any, *, isinsert: bool) -> list[Column[A
     return out
 
 
+#: :func:`prefetch_columns` of each (table, INSERT?, keys given): the columns a write
+#: evaluates depend on those alone, not on the row's values, so each shape of row is
+#: planned once (its ``stats()`` count the plans made: misses, and reused: hits)
+PREFETCH_PLANS: Memo[tuple[Any, int, bool, frozenset[str]], tuple[Column[Any], ...]] = Memo(
+    "write.prefetch_plans", 512
+)
+
+
+def planned_prefetch(table: Any, given: frozenset[str], *, isinsert: bool) -> list[Column[Any]]:
+    """:func:`prefetch_columns`, planned once per table, kind and set of keys given
+    (:data:`PREFETCH_PLANS`; a column appended to the table is another plan)."""
+    key = (table, len(table.c), isinsert, given)
+    plan = PREFETCH_PLANS.get(key)
+    if plan is None:
+        plan = tuple(prefetch_columns(table, given, isinsert=isinsert))
+        PREFETCH_PLANS.put(key, plan)
+    return list(plan)
+
+
 class StatementDefaults:
     """Evaluates the Python defaults (INSERT) or onupdates (UPDATE) of one statement's rows
     exactly as SQLAlchemy's execution context would (``_process_execute_defaults``), ahead
@@ -190,7 +210,8 @@ class StatementDefaults:
     evaluated is returned, to be sent with the row (SQLAlchemy then evaluates none of them
     again: the value a source's callable saw is the one stored). The statement is compiled
     once per set of row keys; without a statement (or a dialect) the parameters are the
-    row's and ``.values()``'s values by column key (:func:`row_parameters`).
+    row's and ``.values()``'s values by column key (:func:`row_parameters`), and the
+    columns are planned once per table and set of keys given (:func:`planned_prefetch`).
 
     ``multi_values``: the rows are those of one multi-row VALUES list, whose first row
     gives these keys; SQLAlchemy's context then shows each column, of every row, the
@@ -227,8 +248,8 @@ class StatementDefaults:
                     compiled.insert_prefetch if self.isinsert else compiled.update_prefetch
                 )
             else:
-                given = {*keys, *self.stmt_values}
-                columns = prefetch_columns(self.table, given, isinsert=self.isinsert)
+                given = frozenset((*keys, *self.stmt_values))
+                columns = planned_prefetch(self.table, given, isinsert=self.isinsert)
             plan = self._plans[keys] = (compiled, columns)
         return plan
 
@@ -273,7 +294,11 @@ class StatementDefaults:
 
 class RowDefaults:
     """The :class:`StatementDefaults` of the statement whose rows a ``RowShards`` fills
-    (:meth:`use_statement`, :meth:`use_multi_values`; none set: built from the table)."""
+    (:meth:`use_statement`, :meth:`use_multi_values`; none set: built from the table).
+
+    One is made per statement, not per row: with no statement set, the one last made is
+    used again while the rows come with the same connection and ``.values()`` (a shared
+    filler's: :meth:`end_write` lets go of its connection between writes)."""
 
     def __init__(self, table: Any) -> None:
         self.table = table
@@ -294,6 +319,11 @@ class RowDefaults:
         self.multi_values = first_keys
         self._cached.clear()
 
+    def end_write(self) -> None:
+        """The write whose rows were filled is over: drop what was made for it (its
+        connection with it); the columns planned stay (:data:`PREFETCH_PLANS`)."""
+        self._cached.clear()
+
     def evaluate(
         self,
         row: Mapping[str, Any],
@@ -304,9 +334,15 @@ class RowDefaults:
     ) -> dict[str, Any]:
         """Every Python default (INSERT) or onupdate (UPDATE) SQLAlchemy would evaluate
         for ``row``, evaluated as it would."""
-        found = self._cached.get(isinsert) if self.statement is not None else None
-        if found is None:
-            found = StatementDefaults(
+        found = self._cached.get(isinsert)
+        if found is None or (
+            self.statement is None
+            and (
+                found.connection is not connection
+                or not (found.stmt_values is stmt_values or not (found.stmt_values or stmt_values))
+            )
+        ):
+            found = self._cached[isinsert] = StatementDefaults(
                 self.table,
                 self.statement,
                 stmt_values,
@@ -314,8 +350,6 @@ class RowDefaults:
                 connection=connection,
                 multi_values=self.multi_values,
             )
-            if self.statement is not None:  # (else: a shared filler's, per connection)
-                self._cached[isinsert] = found
         return found.evaluate(row)
 
     def with_evaluated(
