@@ -30,12 +30,12 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy import types as sqltypes
 
-from sharded_orm.checks import quote_identifier
+from sharded_orm.checks import check_positive_int, quote_identifier
 from sharded_orm.errors import ShardConfigError, ShardTypeError, ShardValueError
 from sharded_orm.read.plan import EMULATOR_NULL_FILTER_HINT
 from sharded_orm.schema.coerce import base_type
@@ -51,6 +51,9 @@ MAX_FILE_BYTES = 256 << 20
 BURST_NOISE = 2.0
 #: rows :func:`probe` reads to tell what the key columns' values are
 PROBE_ROWS = 1000
+
+#: a CSV record kept: the line it ends on, its time parsed (None: empty), its text
+_Record = tuple[int, Any, dict[str, str]]
 
 
 @dataclass
@@ -217,28 +220,70 @@ def from_rows(layout: Layout, rows: Iterable[Mapping[str, Any]], source: str,
 
 
 def from_csv(layout: Layout, path: str | Path, rows_per_second: float | None = None,
-             window: float | None = None) -> Sample:  # fmt: skip
-    p = Path(path)
+             window: float | None = None, limit: int = MAX_ROWS) -> Sample:  # fmt: skip
+    """The sample of the CSV file ``path`` (a header of column names): its ``limit``
+    records with the greatest times by the layout's time column (:func:`csv_time`), the
+    file streamed with at most ``limit`` kept, in whatever order it is (an export is
+    usually oldest first: its first records would be its oldest); without such a column,
+    its first ``limit`` records. A file of more says so in the sample's ``source``."""
+    p, limit = Path(path), check_positive_int(limit, "limit")
     cols = {c.name: c for c in _needed(layout)}
     # a time without a zone is read as UTC (parse_timestamp): the advice says so
     times = [k for k, c in cols.items() if isinstance(base_type(c.type), sqltypes.DateTime)]
     naive: set[str] = set()
+    time = csv_time(layout)
+    if time is None:
+        stream = _csv_numbered(p)
+        kept: list[_Record] = [(n, None, raw) for n, raw in itertools.islice(stream, limit)]
+        total = len(kept) + sum(1 for _ in stream)
+    else:
+        kept, total = _csv_newest(p, time, limit)
+        kept.reverse()  # oldest first, as a sample's rows are
+    by_time = time is not None and bool(kept) and time.name in kept[0][2]
     rows = []
-    for i, raw in enumerate(_csv_records(p, MAX_ROWS)):
-        where = f"{str(p)!r} line {i + 2}"
-        rows.append({k: _parse(c, raw[k], where) for k, c in cols.items() if k in raw})
+    for line, when, raw in kept:
+        where = f"{str(p)!r} line {line}"
+        row = {
+            k: _parse(c, raw[k], where)
+            for k, c in cols.items()
+            if k in raw and (time is None or k != time.name)
+        }
+        if time is not None and time.name in raw:
+            row[time.name] = when if when is not None else _parse(time, raw[time.name], where)
+        rows.append(row)
         naive.update(k for k in times if raw.get(k) and not _ZONED.search(raw[k]))
-    return from_rows(layout, rows, repr(str(p)), rows_per_second, window, naive=naive)
+    name = repr(str(p))
+    if total > len(kept):
+        name += (
+            f" (cut to its newest {len(kept):,} of {total:,} records, by {time.name})"
+            if by_time and time is not None
+            else f" (cut to its first {len(kept):,} of {total:,} records: no time column "
+            "to find the newest by)"
+        )
+    return from_rows(layout, rows, name, rows_per_second, window, naive=naive)
+
+
+def csv_time(layout: Layout) -> sa.Column[Any] | None:
+    """The column a CSV sample of ``layout`` is ordered by: the growing part where it is a
+    time (a ``DateTime`` or ``Date``), else the first time part of the key space; None
+    where the key space has none."""
+    cols = {c.name: c for c in _needed(layout)}
+    for name in (layout.growing, *(p for p, _ in layout.parts)):
+        col = cols.get(name) if name else None
+        if col is not None and isinstance(base_type(col.type), (sqltypes.DateTime, sqltypes.Date)):
+            return col
+    return None
 
 
 def _csv_records(p: Path, limit: int) -> list[dict[str, str]]:
     """The first ``limit`` records of the CSV file ``p`` as text by its header's names."""
-    return list(itertools.islice(_csv_stream(p), limit))
+    return [raw for _, raw in itertools.islice(_csv_numbered(p), limit)]
 
 
-def _csv_stream(p: Path) -> Iterator[dict[str, str]]:
-    """The records of the CSV file ``p`` as text by its header's names, one at a time (a
-    file of at most ``MAX_FILE_BYTES``); a malformed record or file refused, saying where."""
+def _csv_numbered(p: Path) -> Iterator[tuple[int, dict[str, str]]]:
+    """The records of the CSV file ``p`` as text by its header's names, one at a time,
+    each with the line it ends on (a file of at most ``MAX_FILE_BYTES``); a malformed
+    record or file refused, saying where."""
     if not p.is_file():
         raise ShardConfigError(f"no such file: {str(p)!r} (give a CSV of the table's rows)")
     if p.stat().st_size > MAX_FILE_BYTES:
@@ -248,13 +293,15 @@ def _csv_stream(p: Path) -> Iterator[dict[str, str]]:
         )
     try:
         with p.open(newline="", encoding="utf-8-sig") as f:
-            for i, raw in enumerate(csv.DictReader(f)):
+            reader = csv.DictReader(f)
+            for raw in reader:
+                line = reader.line_num  # the physical line: blank ones are skipped
                 if None in raw or None in raw.values():
                     raise ShardValueError(
-                        f"{str(p)!r} line {i + 2}: a different number of fields than the header "
+                        f"{str(p)!r} line {line}: a different number of fields than the header "
                         "(a truncated or edited file?)"
                     )
-                yield raw
+                yield line, raw
     except UnicodeDecodeError as exc:
         raise ShardValueError(
             f"{str(p)!r} is not UTF-8 text (offset {exc.start}): export the rows as UTF-8 CSV"
@@ -453,13 +500,14 @@ def _instant(value: Any) -> dt.datetime | None:
 
 
 _OLDEST = dt.datetime.min.replace(tzinfo=dt.timezone.utc)
+_Row = TypeVar("_Row")
 
 
-def _newest(items: Iterable[tuple[Any, dict[str, Any]]], n: int) -> list[dict[str, Any]]:
+def _newest(items: Iterable[tuple[Any, _Row]], n: int) -> list[_Row]:
     """The ``n`` rows of ``items`` ((time, row) pairs) with the greatest times, newest
     first, read one at a time with at most ``n`` kept; between equal times the later row
     is taken as the newer (a file appended to in time order)."""
-    kept: list[tuple[dt.datetime, int, dict[str, Any]]] = []
+    kept: list[tuple[dt.datetime, int, _Row]] = []
     for i, (when, row) in enumerate(items):
         key = (_instant(when) or _OLDEST, i)
         if len(kept) < n:
@@ -469,24 +517,29 @@ def _newest(items: Iterable[tuple[Any, dict[str, Any]]], n: int) -> list[dict[st
     return [row for *_, row in sorted(kept, key=lambda k: k[:2], reverse=True)]
 
 
-def _csv_newest(p: Path, time: sa.Column[Any], n: int) -> list[dict[str, str]]:
+def _csv_newest(p: Path, time: sa.Column[Any], n: int) -> tuple[list[_Record], int]:
     """The ``n`` records of the CSV file ``p`` with the greatest ``time`` (parsed as the
-    sample parses it; an empty one counts as the oldest), the file streamed; its first
-    ``n`` records where its header has no such column."""
-    records = _csv_stream(p)
+    sample parses it; an empty one counts as the oldest), newest first, the file streamed
+    with at most ``n`` kept; and how many records it has. Its first ``n`` records where
+    its header has no such column."""
+    records = _csv_numbered(p)
     first = next(records, None)
     if first is None:
-        return []
-    if time.name not in first:
-        return [first, *itertools.islice(records, n - 1)]
+        return [], 0
+    if time.name not in first[1]:
+        head = [first, *itertools.islice(records, n - 1)]
+        return [(line, None, raw) for line, raw in head], len(head) + sum(1 for _ in records)
+    seen = 0
 
-    def timed() -> Iterator[tuple[Any, dict[str, Any]]]:
-        for i, raw in enumerate(itertools.chain([first], records)):
+    def timed() -> Iterator[tuple[Any, _Record]]:
+        nonlocal seen
+        for line, raw in itertools.chain([first], records):
+            seen += 1
             text = raw[time.name]
-            where = f"{str(p)!r} line {i + 2}"
-            yield (_parse(time, text, where) if text.strip() else None), raw
+            when = _parse(time, text, f"{str(p)!r} line {line}") if text.strip() else None
+            yield when, (line, when, raw)
 
-    return _newest(timed(), n)
+    return _newest(timed(), n), seen
 
 
 def probe(
@@ -514,7 +567,7 @@ def probe(
         if order is None:
             return [dict(r) for r in _csv_records(Path(sample), PROBE_ROWS)]
         time = next(c for c in table.columns if c.name == order[0])
-        return _csv_newest(Path(sample), time, PROBE_ROWS)
+        return [dict(raw) for _, _, raw in _csv_newest(Path(sample), time, PROBE_ROWS)[0]]
     if kind == "engine":
         stmt = sa.select(*[table.c[c.key] for c in cols])
         if order is not None:
