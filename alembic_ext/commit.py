@@ -12,14 +12,17 @@ how to go on. Any other error of the commit becomes a :class:`MigrationError` (o
 :func:`run_alone` runs a small write (the revision in ``alembic_version``) in a
 read-write transaction of its own, through the Spanner client: an ABORTED attempt (another
 writer won; the emulator runs one read-write transaction at a time and aborts the others)
-is retried with :class:`~alembic_ext.schema_change.Backoff` until the same deadline, each
-wait logged to ``alembic.sharded_orm``.
+is retried with the contention waits of :class:`sharded_orm.retry.RetryPolicy` (tens of
+milliseconds, growing to 2 s: an attempt is cheap, and a busy writer's next gap is a
+fraction of a second away) until the same deadline, logged to ``alembic.sharded_orm`` at
+the first abort and then at most every :data:`WAIT_LINE_EVERY` seconds.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
+import math
 import re
 import time
 import weakref
@@ -30,14 +33,13 @@ import sqlalchemy as sa
 from sqlalchemy import event
 
 from sharded_orm.errors import ShardConfigError
-from sharded_orm.retry import DEFAULTS
+from sharded_orm.retry import DEFAULTS, RetryPolicy
 from sharded_orm.spanner import mutations
 from sharded_orm.spanner.commits import CommitTimeout
 from sharded_orm.spanner.commits import commit_within as _bounded_commit
 from sharded_orm.spanner.deadlines import finished_within
 
 from .errors import MigrationError
-from .schema_change import Backoff
 from .steps import PROGRESS_LOGGER
 
 #: ``alembic.config.Config.attributes`` key: the seconds a migration's own commit (before
@@ -46,6 +48,11 @@ COMMIT_TIMEOUT_ATTRIBUTE = "sharded_orm.commit_timeout"
 DEFAULT_COMMIT_TIMEOUT = DEFAULTS["commit"]
 
 T = TypeVar("T")
+
+#: seconds between two lines of a write retried on ABORTED (the first abort is logged)
+WAIT_LINE_EVERY = 5.0
+#: the waits between attempts of such a write: the contention waits of every retry
+_WAITS = RetryPolicy()
 
 _VERSION_UPDATE = re.compile(
     r"SET\s+\S*version_num\S*\s*=\s*'([^']+)'.*WHERE.*version_num\S*\s*=\s*'([^']+)'",
@@ -136,14 +143,16 @@ def run_alone(
     """``work(transaction)`` in a read-write transaction of its own on the client
     ``database``, committed; returns what ``work`` returned.
 
-    ABORTED (:func:`is_aborted`) is retried with backoff (and logged) until ``seconds``;
+    ABORTED (:func:`is_aborted`) is retried with contention waits until ``seconds``, logged
+    at the first abort, then every ``WAIT_LINE_EVERY`` s, and once it got through;
     then :class:`MigrationError` says so (``what``: the write, ``advice``: how to go on).
     An attempt still running at ``seconds`` is left to its thread and reported as of
     unknown outcome. Every other error is raised as it is.
     """
     start = time.monotonic()
     end = start + seconds
-    backoff = Backoff()
+    aborts = 0
+    said = -math.inf  # when the last line was logged
     while True:
         result: list[T] = []
         begun: list[Any] = []
@@ -166,20 +175,25 @@ def run_alone(
             # timeout, and the emulator aborts every transaction after it meanwhile
             finished_within(functools.partial(_roll_back, begun), 5.0)
             now = time.monotonic()
-            delay = min(backoff.next_delay(), end - now - 0.05)  # one last try before the end
+            # one last try before the end
+            delay = min(_WAITS.delay(aborts), end - now - 0.05)
+            aborts += 1
             if delay <= 0:
                 raise MigrationError(
-                    f"{what} was aborted {backoff.attempts} time(s) in {now - start:.0f} s "
+                    f"{what} was aborted {aborts} time(s) in {now - start:.0f} s "
                     f"({one_line(exc)}): another read-write transaction kept conflicting with "
                     "it (the app's writers; the emulator runs one at a time and aborts the "
                     f"others), and the next retry would pass the {seconds:g} s limit "
                     f"(config.attributes[{COMMIT_TIMEOUT_ATTRIBUTE!r}]). It was not applied. "
                     f"{advice}"
                 ) from exc
-            _log.info(
-                "%s aborted by a concurrent transaction; retry %d in %.1f s (waited %.0f s "
-                "of %g s)", what, backoff.attempts, delay, now - start, seconds,
-            )  # fmt: skip
+            if now - said >= WAIT_LINE_EVERY:  # a line per wait made a loop of lines
+                said = now
+                _log.info(
+                    "%s aborted by a concurrent transaction (%d time(s) so far); retrying "
+                    "until it gets through (waited %.0f s of %g s)",
+                    what, aborts, now - start, seconds,
+                )  # fmt: skip
             time.sleep(delay)
             continue
         if not done:
@@ -189,6 +203,11 @@ def run_alone(
                 f"Check the database is reachable, then: {advice} "
                 f"config.attributes[{COMMIT_TIMEOUT_ATTRIBUTE!r}] sets this limit."
             )
+        if aborts:
+            _log.info(
+                "%s done, after %d aborted attempt(s) in %.1f s", what, aborts,
+                time.monotonic() - start,
+            )  # fmt: skip
         return result[0]
 
 

@@ -221,7 +221,8 @@ def test_adopting_page_runs_as_written(app: Any, tmp_path: Path) -> None:
         assert [e.id for e in reads["latest"]] == everything[:50]
         assert [e.id for e in reads["first"].rows] == everything[:20]
         assert [e.id for e in reads["second"].rows] == everything[20:40]
-        walked, cursor = [], None
+        walked: list[str] = []
+        cursor = None
         while True:
             p = reads["page"](s, reads["newest"], 37, cursor)
             walked.extend(e.id for e in p.rows)
