@@ -232,14 +232,10 @@ def proxied(spanner_emulator: Any, spanner_faults: Any) -> Any:
         for i in range(250)
     ]
     bulk_load(direct, Reading, rows, progress=False)
-    engine = spanner_faults.emulator(spanner_emulator).engine(db)
-    with engine.connect() as conn:  # a session before any fault
-        conn.execute(sa.text("SELECT 1")).scalar()
     try:
-        yield engine, spanner_faults, direct
+        with spanner_faults.engine(spanner_emulator, db) as engine:
+            yield engine, spanner_faults, direct
     finally:
-        spanner_faults.clear()
-        engine.dispose()
         direct.dispose()
 
 

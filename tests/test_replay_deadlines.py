@@ -40,14 +40,10 @@ def events(spanner_emulator: Any, spanner_faults: Any) -> Iterator[tuple[sa.Engi
     direct = spanner_emulator.engine(db)
     with direct.begin() as conn:
         conn.exec_driver_sql("CREATE TABLE ReplayRows (Id STRING(36)) PRIMARY KEY (Id)")
-    engine = spanner_faults.emulator(spanner_emulator).engine(db, commit_timeout=DEADLINE)
-    with engine.connect() as conn:  # warm the pool and a session before any fault
-        assert conn.execute(sa.text("SELECT 1")).scalar() == 1
     try:
-        yield engine, spanner_faults, direct
+        with spanner_faults.engine(spanner_emulator, db, commit_timeout=DEADLINE) as engine:
+            yield engine, spanner_faults, direct
     finally:
-        spanner_faults.clear()
-        engine.dispose()
         direct.dispose()
 
 

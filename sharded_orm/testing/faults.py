@@ -40,6 +40,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
@@ -155,6 +156,20 @@ class FaultProxy:
         """An ``Emulator`` handle for the same project and databases, reached through here
         (``Emulator.through``: a database made after this call is found too)."""
         return emulator.through(self.host)
+
+    @contextmanager
+    def engine(self, emulator: Any, database: str, **engine_kwargs: Any) -> Iterator[Any]:
+        """An engine of ``emulator``'s ``database`` reached through here (``engine_kwargs``
+        as ``Emulator.engine`` takes them), its pool holding a session made before any
+        fault; on exit the faults are cleared and the engine disposed."""
+        engine = self.emulator(emulator).engine(database, **engine_kwargs)
+        try:
+            with engine.connect() as conn:
+                conn.exec_driver_sql("SELECT 1").scalar()
+            yield engine
+        finally:
+            self.clear()
+            engine.dispose()
 
     # ----------------------------------------------------------------------- faults
     def _add(self, rule: _Rule) -> None:
