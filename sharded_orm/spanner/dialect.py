@@ -71,6 +71,12 @@ Fixes (sqlalchemy-spanner 1.20):
 14. The DB-API classifies every statement it executes with a ``sqlparse`` pass over the
     whole text (39 % of ``merged()``'s CPU at N = 64, k = 100): our cursor's
     classification is memoised per statement text (``.statements``).
+15. Spanner requires a WHERE on UPDATE and DELETE, and the DB-API appends ``WHERE 1=1``
+    to one without, at the very end of the text: after ``THEN RETURN ...``, so
+    ``update(t).values(v=1).returning(t.c.id)`` (and ``delete(t).returning(...)``, an
+    ORM ``update(Model)`` with ``synchronize_session="fetch"``) failed with a syntax
+    error. Our compiler renders ``WHERE true`` for such a statement, so the DB-API adds
+    nothing.
 """
 
 from __future__ import annotations
@@ -92,6 +98,7 @@ from sqlalchemy import (
     Table,
     exc,
     literal_column,
+    true,
 )
 from sqlalchemy.engine import Dialect
 
@@ -152,6 +159,22 @@ class ShardedSpannerSQLCompiler(_stock.SpannerSQLCompiler):  # type: ignore[misc
                     insert_stmt = insert_stmt.values({col: literal_column("DEFAULT")})
                     break
         return super().visit_insert(insert_stmt, *args, **kw)
+
+    def visit_update(self, update_stmt: Any, *args: Any, **kw: Any) -> Any:
+        return super().visit_update(_with_a_where(update_stmt), *args, **kw)
+
+    def visit_delete(self, delete_stmt: Any, *args: Any, **kw: Any) -> Any:
+        return super().visit_delete(_with_a_where(delete_stmt), *args, **kw)
+
+
+def _with_a_where(stmt: Any) -> Any:
+    """An UPDATE or DELETE with no WHERE gets ``WHERE true``. Spanner requires a WHERE on
+    both, and the DB-API adds ``WHERE 1=1`` to a statement in which ``sqlparse`` finds no
+    top-level WHERE, at the end of the text: after ``THEN RETURN ...``, a syntax error
+    (fix 15). With ours it finds one and adds nothing. Paid once per compiled statement."""
+    if stmt.whereclause is None:
+        return stmt.where(true())
+    return stmt
 
 
 class _Base64Bytes(LargeBinary):
