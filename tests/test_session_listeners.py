@@ -6,7 +6,9 @@ none. An app with no sharded model gets no Session listener at all; once a shard
 is configured, one ``after_begin`` listener (once per transaction) watches an engine whose
 database holds a sharded table the first time it begins a Session transaction, so that an
 ORM bulk INSERT or UPDATE (which runs no mapper event) on a fresh engine of existing
-tables is still filled and checked by the engine hook.
+tables is still filled and checked by the engine hook. A mapper whose shard sources have a
+Python default or onupdate adds one ``after_transaction_end`` listener (once per
+transaction), which drops the defaults a flush planned once for all its objects.
 """
 
 from __future__ import annotations

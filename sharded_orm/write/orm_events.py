@@ -26,6 +26,10 @@ again from the sources. A caller's shard is checked, never replaced.
   computes it from the UPDATE's row (the other sources read from the stored row, one
   SELECT per batch: ``sharded_orm.write.stored``) and writes it back to the object; so a
   later listener's change is hashed too, and the object holds what the row holds.
+* The defaults and onupdates both evaluate are planned once per flush, table, kind and
+  set of keys the object gives (``FlushDefaults``: built when the flush's first object
+  needs them, dropped with its connection when the flush's session transaction ends),
+  and evaluated for each object, seeing its own row.
 * On every client-computed shard attribute, a ``set`` listener marks the value the caller
   sets (``given_mark_key``): that value is the caller's, checked at flush, never replaced.
 * A shard in the primary key is needed before the flush (``session.merge()`` and the
@@ -46,7 +50,7 @@ import weakref
 from typing import Any, cast
 
 from sqlalchemy import Table, event
-from sqlalchemy.orm import EXT_CONTINUE, LoaderCallableStatus, Mapper, attributes
+from sqlalchemy.orm import EXT_CONTINUE, LoaderCallableStatus, Mapper, Session, attributes
 from sqlalchemy.orm.attributes import instance_dict, set_committed_value
 from sqlalchemy.orm.exc import UnmappedColumnError
 from sqlalchemy.sql import sqltypes
@@ -213,18 +217,126 @@ def _mark_derived(
 # --------------------------------------------------------------------- flush events
 
 
+class FlushDefaults:
+    """The :class:`StatementDefaults` of one flush on one connection, one per table and
+    kind of write (INSERT or UPDATE), built when its first object needs it: what a flush
+    evaluates for an object depends on those and on the keys it gives (each
+    ``StatementDefaults`` plans once per set of keys), not on the object, so a flush of
+    many objects plans once per shape while each object's defaults are still evaluated
+    for it, seeing its own row. :meth:`close`, when the flush's session transaction
+    ends, lets go of the connection and of everything built (one still asked, by a
+    flush a listener ended early, builds for that call alone: nothing is evaluated
+    with another connection than the caller's)."""
+
+    __slots__ = ("_made", "connection")
+
+    def __init__(self, connection: Any) -> None:
+        self.connection = connection
+        self._made: dict[tuple[Any, bool], StatementDefaults] = {}
+
+    def of(self, table: Any, *, isinsert: bool, connection: Any) -> StatementDefaults:
+        """The ``StatementDefaults`` of ``table``'s INSERTs or UPDATEs on ``connection``
+        (the flush's: built once)."""
+        if connection is not self.connection:  # closed: build for this call alone
+            return StatementDefaults(table, None, {}, isinsert=isinsert, connection=connection)
+        key = (table, isinsert)
+        found = self._made.get(key)
+        if found is None:
+            found = self._made[key] = StatementDefaults(
+                table, None, {}, isinsert=isinsert, connection=connection
+            )
+        return found
+
+    def close(self) -> None:
+        self.connection = None
+        self._made.clear()
+
+
+#: session -> the :class:`FlushDefaults` of its flush under way (one per connection);
+#: closed and dropped when the flush's session transaction ends (committed or rolled back)
+_flushing: weakref.WeakKeyDictionary[Session, list[FlushDefaults]] = weakref.WeakKeyDictionary()
+
+
+def _flush_defaults(session: Session, connection: Any) -> FlushDefaults:
+    """The :class:`FlushDefaults` of the flush of ``session`` on ``connection``."""
+    scopes = _flushing.get(session)
+    if scopes is None:
+        scopes = _flushing[session] = []
+    for found in scopes:
+        if found.connection is connection:
+            return found
+    found = FlushDefaults(connection)
+    scopes.append(found)
+    return found
+
+
+def _end_flush(session: Any, transaction: Any) -> None:
+    """A session transaction ended (the flush's own, committed or rolled back, ends
+    with every flush): its flush keeps nothing."""
+    scopes = _flushing.pop(session, None)
+    if scopes:
+        for found in scopes:
+            found.close()
+
+
+def _end_flushes_with_transactions() -> None:
+    """The one Session listener flushes that evaluate defaults need (installed once, by
+    the first mapper whose shard sources have a Python default or onupdate; once per
+    session transaction, never per statement or object)."""
+    if not event.contains(Session, "after_transaction_end", _end_flush):
+        event.listen(Session, "after_transaction_end", _end_flush)
+
+
+class _FlushScope:
+    """One mapper's way to its flush's :class:`FlushDefaults`: the one last used is kept
+    at hand, so consecutive objects of one flush pay one identity test; it lets go of its
+    connection when the flush ends, and is then never matched again."""
+
+    __slots__ = ("_last",)
+
+    def __init__(self) -> None:
+        self._last: FlushDefaults | None = None
+
+    def __call__(self, state: Any, connection: Any) -> FlushDefaults:
+        last = self._last  # one load: another thread may replace it, never half of it
+        if last is not None and last.connection is connection:
+            return last
+        session = state.session
+        if session is None:  # not a Session's flush: nothing would end it, keep nothing
+            return FlushDefaults(connection)
+        found = self._last = _flush_defaults(session, connection)
+        return found
+
+
+#: the mapped columns of one table, as :func:`_insert_values` reads them (planned once per
+#: mapper): (attribute, column key, whether the column has a default) of each, and
+#: column key -> attribute
+InsertTable = tuple[tuple[tuple[str, str, bool], ...], dict[str, str]]
+
+
+def _insert_table(columns: list[tuple[str, str]], table: Any) -> InsertTable:
+    """The :data:`InsertTable` of ``table``'s mapped ``columns`` ((attribute, column key))."""
+    return (
+        tuple((a, k, table.c[k].default is not None) for a, k in columns),
+        {k: a for a, k in columns},
+    )
+
+
 def _insert_values(
     sc: ShardColumn,
     source_attrs: tuple[str, ...],
     target: Any,
     d: Any,
-    columns: list[tuple[str, str]],
+    columns: InsertTable,
     connection: Any,
+    defaults: FlushDefaults,
 ) -> list[Any]:
     """Source values for an INSERT, evaluating (and storing) Python-side defaults; a
     context-sensitive one sees, as in SQLAlchemy, the object's column values by column
-    key (``columns``: (attribute, column key) of the table's columns)."""
+    key (``columns``: the table's mapped columns; ``defaults``: the flush's, on
+    ``connection``)."""
     table = sc.column.table
+    mapped, attr_of = columns
     if any(
         d.get(a) is None and c.default is not None
         for c, a in zip(sc.sources, source_attrs, strict=True)
@@ -232,21 +344,19 @@ def _insert_values(
         # as the flush's INSERT would: every Python default of a column the object leaves
         # None, in table order, each seeing the ones before it; all set on the object, so
         # the INSERT sends (and SQLAlchemy does not evaluate again) what the source saw
-        attr_of = {k: a for a, k in columns}
         params = {
-            k: d[a]
-            for a, k in columns
-            if a in d and not (d[a] is None and table.c[k].default is not None)
+            k: d[a] for a, k, defaulted in mapped if a in d and not (defaulted and d[a] is None)
         }
-        evaluated = StatementDefaults(table, None, {}, isinsert=True, connection=connection)
-        for k, v in evaluated.evaluate(params).items():
+        for k, v in (
+            defaults.of(table, isinsert=True, connection=connection).evaluate(params).items()
+        ):
             if k in attr_of:
                 setattr(target, attr_of[k], v)
     values = []
     for col, attr in zip(sc.sources, source_attrs, strict=True):
         v = d.get(attr)
         if v is None:
-            params = {k: d[a] for a, k in columns if a in d}
+            params = {k: d[a] for a, k, _ in mapped if a in d}
             dv = evaluate_default(col, params, connection)
             if dv is not MISSING:
                 setattr(target, attr, dv)  # store exactly what we hash
@@ -317,9 +427,13 @@ def install_mapper_events(mapper: Mapper[Any]) -> None:
         for c in p.columns
         if isinstance(c, Column) and c.table in mapper.tables
     ]
-    table_columns: dict[int, list[tuple[str, str]]] = {}
+    onupdate_plan = _onupdate_plan(onupdate, all_columns)
+    by_table: dict[int, list[tuple[str, str]]] = {}
     for a, k, t in all_columns:
-        table_columns.setdefault(id(t), []).append((a, k))
+        by_table.setdefault(id(t), []).append((a, k))
+    table_columns = {
+        id(t): _insert_table(by_table[id(t)], t) for t in mapper.tables if id(t) in by_table
+    }
     # the shards computed here, before the statement (a key shard, a Spanner-computed one:
     # ``trust.hook_fills``); the engine hook computes every other from the row it sends
     early = [p for p in plans if not _hook_fills(p[0], plans)]
@@ -355,6 +469,10 @@ def install_mapper_events(mapper: Mapper[Any]) -> None:
     ]
 
     add = Tally(watch).add
+    # the flush's StatementDefaults, per table and kind, built once per flush (not per object)
+    flush_defaults = _FlushScope()
+    if any(c.default is not None or c.onupdate is not None for p in plans for c in p[0].sources):
+        _end_flushes_with_transactions()
     # a timestamp source: on SQLite, which drops offsets, one with an offset other than UTC
     # is refused while the object's shards are computed (``coerce.OFFSETS_DROPPED``)
     dated = any(
@@ -384,7 +502,15 @@ def install_mapper_events(mapper: Mapper[Any]) -> None:
                     if d.get(a) is None:  # a default applies: evaluated and stored
                         sc, _, source_attrs = plan
                         columns = table_columns[id(sc.column.table)]
-                        _insert_values(sc, source_attrs, state.obj(), d, columns, connection)
+                        _insert_values(
+                            sc,
+                            source_attrs,
+                            state.obj(),
+                            d,
+                            columns,
+                            connection,
+                            flush_defaults(state, connection),
+                        )
                         break
         except BaseException:
             forget(connection)
@@ -399,10 +525,17 @@ def install_mapper_events(mapper: Mapper[Any]) -> None:
 
     def _fill_slowly(state: Any, d: Any, connection: Any) -> None:
         target = state.obj()
+        defaults = flush_defaults(state, connection)
         for sc, shard_attr, source_attrs in early:
             # unset or None: maybe a default applies (evaluated and stored)
             values = _insert_values(
-                sc, source_attrs, target, d, table_columns[id(sc.column.table)], connection
+                sc,
+                source_attrs,
+                target,
+                d,
+                table_columns[id(sc.column.table)],
+                connection,
+                defaults,
             )
             send = sc.values_to_send(values)
             for attr, v, stored in zip(source_attrs, values, send, strict=True):
@@ -426,7 +559,9 @@ def install_mapper_events(mapper: Mapper[Any]) -> None:
             last = seen[0] = (weakref.ref(connection), updates_of(connection), {})
         if onupdate:
             target = state.obj()
-            _apply_onupdate(state, target, onupdate, all_columns, connection)
+            _apply_onupdate(
+                state, target, onupdate_plan, connection, flush_defaults(state, connection)
+            )
         committed = state.committed_state
         for plan in update_plans:
             sc, shard_attr, source_attrs, sources, mark, pk_at, table, tail, keep = plan
@@ -573,26 +708,69 @@ def _was_derived(sc: ShardColumn, state: Any, source_attrs: tuple[str, ...], giv
         return False
 
 
+#: what :func:`_apply_onupdate` shows the onupdates of one table, planned once per mapper:
+#: the table; (attribute, column key) of its mapped columns; (attribute, the ORM's WHERE
+#: parameter name) of its primary key columns; and column key -> attribute
+OnupdateTable = tuple[Any, tuple[tuple[str, str], ...], tuple[tuple[str, str], ...], dict[str, str]]
+#: (every mapped attribute, once; per source with an onupdate: (attribute, its table's
+#: :data:`OnupdateTable`); per source with a SQL onupdate: (attribute, column))
+OnupdatePlan = tuple[
+    tuple[str, ...],
+    tuple[tuple[str, OnupdateTable], ...],
+    tuple[tuple[str, Any], ...],
+]
+
+
+def _onupdate_plan(onupdate: dict[str, Any], columns: list[tuple[str, str, Any]]) -> OnupdatePlan:
+    """The :data:`OnupdatePlan` of a mapper's sources with an onupdate (``columns``:
+    (attribute, column key, table) of the mapper's columns): what does not depend on the
+    object, worked out once rather than for every object a flush updates."""
+    tables: dict[int, OnupdateTable] = {}
+    for col in onupdate.values():
+        table = col.table
+        if id(table) in tables:
+            continue
+        own = tuple((a, k) for a, k, t in columns if t is table)
+        key = tuple(
+            (a, getattr(table.c[k], "_label", None) or f"{table.name}_{k}")
+            for a, k in own
+            if table.c[k].primary_key
+        )
+        tables[id(table)] = (table, own, key, {k: a for a, k in own})
+    sql_made = tuple(
+        (attr, col)
+        for attr, col in onupdate.items()
+        if not (
+            getattr(col.onupdate, "is_scalar", False) or getattr(col.onupdate, "is_callable", False)
+        )
+    )
+    return (
+        tuple(dict.fromkeys(a for a, _, _ in columns)),
+        tuple((attr, tables[id(col.table)]) for attr, col in onupdate.items()),
+        sql_made,
+    )
+
+
 def _apply_onupdate(
     state: Any,
     target: Any,
-    onupdate: dict[str, Any],
-    columns: list[tuple[str, str, Any]],
+    plan: OnupdatePlan,
     connection: Any,
+    defaults: FlushDefaults,
 ) -> None:
     """Evaluate a source's Python onupdate now, when the row will be UPDATEd anyway, so
     the value SQLAlchemy would write behind the hook's back is the one hashed. A
     context-sensitive one sees what SQLAlchemy's context would: the values the UPDATE of
-    its table sets, by column key (``columns``: (attribute, column key, table) of the
-    mapper's columns), each onupdate evaluated before it included."""
+    its table sets, by column key (``plan``: :func:`_onupdate_plan`), each onupdate
+    evaluated before it included; ``defaults``: the flush's, on ``connection``."""
+    all_attrs, per_source, sql_made = plan
     attrs = state.attrs
-    changed = {a for a in dict.fromkeys(a for a, _, _ in columns) if attrs[a].history.has_changes()}
+    changed = {a for a in all_attrs if attrs[a].history.has_changes()}
     if not changed:
         return  # no net change: the ORM sends no UPDATE, the onupdate must not fire
     d = instance_dict(target)
     done: set[Any] = set()
-    for attr, col in onupdate.items():
-        table = col.table
+    for attr, (table, own, key, attr_of) in per_source:
         if attr in changed or table in done:
             continue
         done.add(table)
@@ -600,22 +778,17 @@ def _apply_onupdate(
         # the primary key under the ORM's parameter names, every column still to be
         # evaluated as None; each evaluated in table order, seeing the ones before it,
         # and set on the object (sent, not evaluated again by SQLAlchemy)
-        params = {k: d.get(a) for a, k, t in columns if t is table and a in changed}
-        for a, k, t in columns:
-            c = t.c[k]
-            if t is table and c.primary_key:
-                old = attrs[a].history.deleted
-                params[getattr(c, "_label", None) or f"{t.name}_{k}"] = old[0] if old else d.get(a)
-        attr_of = {k: a for a, k, t in columns if t is table}
-        evaluated = StatementDefaults(table, None, {}, isinsert=False, connection=connection)
-        for k, value in evaluated.evaluate(params).items():
+        params = {k: d.get(a) for a, k in own if a in changed}
+        for a, name in key:
+            old = attrs[a].history.deleted
+            params[name] = old[0] if old else d.get(a)
+        for k, value in (
+            defaults.of(table, isinsert=False, connection=connection).evaluate(params).items()
+        ):
             if k in attr_of:
                 setattr(target, attr_of[k], value)
-    for attr, col in onupdate.items():
-        gen = col.onupdate
-        if attr not in changed and not (
-            getattr(gen, "is_scalar", False) or getattr(gen, "is_callable", False)
-        ):
+    for attr, col in sql_made:
+        if attr not in changed:
             evaluate_onupdate(col, {}, connection)  # a SQL onupdate: refused, with the way out
 
 
