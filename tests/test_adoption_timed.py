@@ -20,6 +20,12 @@ user sees a frozen terminal), and so does one refusal or retry message repeated 
 committed is in the table, each shard is the hash of its sources, and the sharded reads
 equal the plain ones.
 
+The journey's own waits (a writer's first write, its stop, writes after a step) are no
+more silent than a command: a line every :data:`REPORT_EVERY` s says what it waits for
+and the writers' counts. On the emulator a writer's first write can take a minute while
+another app writes (:data:`CONTENDED` says why on the first line of such a wait: the
+emulator runs one read-write transaction at a time; Spanner does not).
+
 The populated table has 3,000 rows (CI's size); ``SHARDED_ORM_JOURNEY_ROWS=50000 pytest
 tests/test_adoption_timed.py -q`` rehearses the journey at another size (issue 42's own run
 had 50,000; the timings print as they come, pytest's capture bypassed).
@@ -36,7 +42,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +51,6 @@ import sqlalchemy as sa
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from alembic_project import body, no_changes
-from old_writer import wait_for
 from sqlalchemy.orm import Session
 from test_adopting_journey import block, compose, load, page_blocks
 
@@ -59,6 +64,20 @@ PAGE = Path(__file__).resolve().parent.parent / "docs" / "adopting.md"
 SILENCE = 15.0
 #: how often one refusal/retry line (digits aside) may repeat in a command's output
 REFUSALS = 4
+#: seconds between two lines while the journey waits on a writer (below SILENCE)
+REPORT_EVERY = 10.0
+#: seconds a writer may take for its first write while another writer runs (the emulator
+#: took up to ~60 s at 50,000 rows, see CONTENDED), or to stop after its write under way
+WRITER_WAIT = 120.0
+#: why a writer's write can take most of a minute while another writer runs, on the
+#: emulator only (said on a wait's first line while two writers run)
+CONTENDED = (
+    "the emulator runs one read-write transaction at a time: the two apps' inserts abort "
+    "each other, each client re-runs its aborted insert at once, until one gets through; "
+    "each insert holds the emulator longer as the table grows ({rows:,} rows here: ~0.35 s "
+    "an insert at 50,000). Spanner locks rows, not the database: inserts of different "
+    "rows do not wait for each other there"
+)
 #: the environment variable that sizes the populated table (to rehearse at your own size)
 ROWS_ENV = "SHARDED_ORM_JOURNEY_ROWS"
 
@@ -226,6 +245,8 @@ class Writer:
 
     def __init__(self, kind: str, script: Path, out: Path, env: dict[str, str]) -> None:
         self.kind, self.out = kind, out
+        #: seconds its first write took (set by Journey.start_writer)
+        self.first_write = 0.0
         out.mkdir()
         self.log = open(out / "output", "w")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
@@ -261,22 +282,57 @@ class Journey:
         self.root, self.env, self.capsys = root, env, capsys
         self.times: list[tuple[str, float, str]] = []
         self.writers: list[Writer] = []
+        #: every line said, in order
+        self.said: list[str] = []
+        #: seconds between two lines of a wait (:meth:`wait`)
+        self.report_every = REPORT_EVERY
 
     def say(self, text: str) -> None:
+        self.said.append(text)
         with self.capsys.disabled():
             print(text, flush=True)
+
+    def counts(self) -> str:
+        """What the running writers wrote so far."""
+        said = []
+        for w in self.writers:
+            if w.proc.poll() is None:
+                s = w.stats()
+                said.append(f"{w.kind} code {s['ok']} rows, {s['failed']} failed")
+        return "; ".join(said) or "no writer running"
+
+    def wait(self, what: str, cond: Callable[[], bool], timeout: float) -> float:
+        """Waits until ``cond()`` is true, saying what it waits for and the writers'
+        counts every :attr:`report_every` s (and, on the first line while two writers run,
+        why it may take long: :data:`CONTENDED`); fails after ``timeout`` s. Returns the
+        seconds waited."""
+        start = last = time.monotonic()
+        lines = 0
+        while not cond():
+            now = time.monotonic()
+            if now - start > timeout:
+                pytest.fail(f"timed out after {timeout:g} s waiting for {what} ({self.counts()})")
+            if now - last >= self.report_every:
+                last = now
+                live = [w for w in self.writers if w.proc.poll() is None]
+                why = f" -- {CONTENDED.format(rows=ROWS)}" if len(live) > 1 and not lines else ""
+                self.say(f"    waiting +{now - start:5.1f}s | {what}: {self.counts()}{why}")
+                lines += 1
+            time.sleep(0.05)
+        return time.monotonic() - start
 
     @property
     def writing(self) -> Writer | None:
         live = [w for w in self.writers if w.proc.poll() is None]
         return live[-1] if live else None
 
-    def step(self, name: str, seconds: float) -> None:
+    def step(self, name: str, seconds: float, extra: str = "") -> None:
         w = self.writing
         note = ""
         if w is not None:
             s = w.stats()
             note = f"{w.kind} code writing: {s['ok']} rows, {s['failed']} failed so far"
+        note = ", ".join(n for n in (extra, note) if n)
         self.times.append((name, seconds, note))
         self.say(f"[adoption] {name}: {seconds:.1f} s {note}")
 
@@ -339,12 +395,23 @@ class Journey:
         return self.command(name, sys.executable, "-m", "alembic", *args)
 
     def start_writer(self, kind: str, models: str) -> Writer:
+        """A writer started, once it has written a row (said while it takes long)."""
         script = self.root / f"{kind}_writer_{len(self.writers)}.py"
         script.write_text(WRITER.format(models=models, users=USERS, kind=kind, pause=PAUSE))
         w = Writer(kind, script, self.root / f"{kind}_{len(self.writers)}", self.env)
         self.writers.append(w)
-        wait_for(f"the {kind} code's first write", lambda: w.stats()["ok"] > 0, 60)
+        w.first_write = self.wait(
+            f"the {kind} code's first write", lambda: w.stats()["ok"] > 0, WRITER_WAIT
+        )
         return w
+
+    def stop_writer(self, w: Writer) -> str:
+        """The writer stopped after its write under way (said while it takes long); its
+        output."""
+        (w.out / "stop").touch()
+        self.wait(f"the {w.kind} code to stop (its write under way first)",
+                  lambda: w.proc.poll() is not None, WRITER_WAIT)  # fmt: skip
+        return w.stop()
 
     def summary(self) -> None:
         total = sum(t for _, t, _ in self.times)
@@ -492,9 +559,12 @@ def test_adoption_journey_timed(journey: Journey) -> None:
     # deploy: the new code writes (it fills the shard); the old code stops
     t = time.monotonic()
     new = j.start_writer("new", NEW_MODELS)
-    old_text = old.stop()
+    stopping = time.monotonic()
+    old_text = j.stop_writer(old)
     assert "sharded_orm loaded: False" in old_text, old_text
-    j.step("4. deploy the new code", time.monotonic() - t)
+    j.step("4. deploy the new code", time.monotonic() - t,
+           f"first write of the new code in {new.first_write:.1f} s, the old code stopped "
+           f"in {time.monotonic() - stopping:.1f} s")  # fmt: skip
 
     # the contract, with the new code writing
     contract_src = compose(expand_src, block("# myapp/models.py, the contract"))
@@ -507,8 +577,8 @@ def test_adoption_journey_timed(journey: Journey) -> None:
     assert {ln.strip() for ln in generated[1].splitlines()[1:]} <= have, script
     j.alembic("4. alembic upgrade head (contract)", "upgrade", "head")
     n = new.stats()["ok"]
-    wait_for("writes of the new code after the contract", lambda: new.stats()["ok"] > n + 2)
-    new.stop()
+    j.wait("writes of the new code after the contract", lambda: new.stats()["ok"] > n + 2, 60)
+    j.stop_writer(new)
 
     # 5. the reads, as the page writes them, equal the plain reads
     t = time.monotonic()
@@ -554,8 +624,8 @@ def test_adoption_journey_timed(journey: Journey) -> None:
     j.step("6. deploy the old code again", time.monotonic() - t)
     j.alembic("6. alembic downgrade <the adopt revision>", "downgrade", adopt)
     n = again.stats()["ok"]
-    wait_for("writes of the old code after the rollback", lambda: again.stats()["ok"] > n + 2)
-    assert "sharded_orm loaded: False" in again.stop()
+    j.wait("writes of the old code after the rollback", lambda: again.stats()["ok"] > n + 2, 60)
+    assert "sharded_orm loaded: False" in j.stop_writer(again)
 
     engine = sa.create_engine(j.env["DATABASE_URL"])
     md = load(before, "myapp_timed_before")["Base"].metadata
