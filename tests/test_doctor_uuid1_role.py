@@ -47,9 +47,14 @@ def v1(when: dt.datetime, clock_seq: int, node: int) -> uuid.UUID:
     )
 
 
+#: the app's generator, behind a name that says nothing
+_MAKE_ID = uuid.uuid1
+
+
 def new_id() -> str:
-    """The app's id helper (its name says nothing): version-1 UUIDs."""
-    return str(uuid.uuid1())
+    """The app's id helper (neither its name nor the names its code calls say what it
+    makes): version-1 UUIDs."""
+    return str(_MAKE_ID())
 
 
 class Base(DeclarativeBase):
@@ -62,7 +67,7 @@ class Event(Base):  # declared: a random key (the helper's name says nothing)
     body: Mapped[str] = mapped_column("Body", sa.String(100))
 
 
-class Order(Base):  # declared time-ordered: a uuid1 default (the simulator's guess: uuid7)
+class Order(Base):  # declared by a uuid1 default: role uuid1 (it was taken for uuid7)
     __tablename__ = "Orders"
     id: Mapped[str] = mapped_column("Id", sa.String(36), primary_key=True, default=uuid.uuid1)
 
@@ -155,8 +160,8 @@ def test_fix_plans_no_key_reshard_for_a_v1_key(minutes: int, clock_seq: int, nod
 
 
 def test_a_uuid1_default_is_judged_by_its_values() -> None:
-    """Declared time-ordered (a ``uuid1`` default), its values correct it as doctor
-    corrects any UUID key: not monotonic."""
+    """A ``uuid1`` default (once taken for time-ordered, like ``uuid7``) and its values
+    agree: a version-1 key, not monotonic."""
     rows = [{**r, "SPLIT_START": r["SPLIT_START"].replace("Events", "Orders"),
              "SPLIT_LIMIT": r["SPLIT_LIMIT"].replace("Events", "Orders"),
              "AFFECTED_TABLES": ["Orders"]} for r in sweep(12, 7, 99)]  # fmt: skip
