@@ -17,6 +17,7 @@ never hangs the suite.
 from __future__ import annotations
 
 import asyncio
+import functools
 import math
 import threading
 import time
@@ -28,6 +29,7 @@ import pytest
 import sqlalchemy as sa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from loop_watch import LoopWatch
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.util import greenlet_spawn
@@ -36,10 +38,6 @@ from sharded_orm import SpannerSequence, TableSequence
 from sharded_orm.retry import RetryError
 
 TASKS = 50
-#: the heartbeat's period, and how late one beat may be
-PERIOD, LATE = 0.05, 0.5
-#: how long a slowed reservation takes (the stall a blocked loop would show)
-SLOW = 1.5
 
 
 def run_bounded(main: Callable[[], Awaitable[None]], limit: float = 120.0) -> None:
@@ -58,27 +56,6 @@ def run_bounded(main: Callable[[], Awaitable[None]], limit: float = 120.0) -> No
     assert not thread.is_alive(), f"the event loop was still stuck after {limit} s (deadlock)"
     if failed:
         raise failed[0]
-
-
-class Heartbeat:
-    """A task that wakes every PERIOD seconds and notes how late each wake-up was."""
-
-    def __init__(self) -> None:
-        self.lateness: list[float] = [0.0]
-        self._stop = asyncio.Event()
-        self._task = asyncio.create_task(self._beat())
-
-    async def _beat(self) -> None:
-        due = time.monotonic() + PERIOD
-        while not self._stop.is_set():
-            await asyncio.sleep(max(0.0, due - time.monotonic()))
-            self.lateness.append(time.monotonic() - due)
-            due = max(due + PERIOD, time.monotonic())
-
-    async def stop(self) -> float:
-        self._stop.set()
-        await self._task
-        return max(self.lateness)
 
 
 def item_model(seq: Any) -> tuple[sa.MetaData, type[Any]]:
@@ -132,7 +109,9 @@ def test_an_awaiting_reservation_holds_no_lock_the_next_task_blocks_on(tmp_path:
     """TableSequence on an aiosqlite engine: its reservation awaits the driver. Before,
     it awaited holding the pool's threading lock; the next task's next_id() blocked the
     loop's thread on it, so the first never resumed: every flush ended with 'held the
-    pool's lock' after the deadline. Now 50 tasks get distinct ids, all stored."""
+    pool's lock' after the deadline. Now 50 tasks get distinct ids, all stored, with one
+    reservation per block (a blocked loop shows as those errors, or as the thread join's
+    timeout)."""
     url = f"sqlite+aiosqlite:///{tmp_path / 'items.db'}"
 
     async def main() -> None:
@@ -141,7 +120,6 @@ def test_an_awaiting_reservation_holds_no_lock_the_next_task_blocks_on(tmp_path:
         engine = create_async_engine(url, connect_args={"timeout": 30}, pool_size=TASKS + 1)
         seq = TableSequence(engine.sync_engine, "items", block_size=3, deadline=5)
         metadata, item = item_model(seq)
-        beat = Heartbeat()
         try:
             async with engine.begin() as conn:
                 await conn.run_sync(metadata.create_all)
@@ -149,32 +127,40 @@ def test_an_awaiting_reservation_holds_no_lock_the_next_task_blocks_on(tmp_path:
             ids = await insert_items(engine, item, TASKS, retry=False)
             rows = await stored(engine, item)
         finally:
-            late = await beat.stop()
             await engine.dispose()
         assert len(set(ids)) == TASKS
         assert rows == list(enumerate(ids))
         assert seq.reservations == math.ceil(TASKS / 3)  # one reservation per block
-        assert late < LATE, f"the event loop stalled {late:.2f} s"
 
     run_bounded(main)
 
 
-def _slowed(engine: sa.Engine, seconds: float) -> None:
-    """Every statement of ``engine`` takes ``seconds`` more: a slow server."""
+class Slowed:
+    """Every statement of ``engine`` waits first: ``seconds`` (a slow server), or, once
+    ``watch`` is set, until the event loop has turned (a server that answers when the
+    loop is seen free; a statement run on the loop's thread is noted at once)."""
 
-    @sa.event.listens_for(engine, "before_cursor_execute")
-    def slow(*args: Any) -> None:
-        time.sleep(seconds)
+    def __init__(self, engine: sa.Engine, seconds: float = 0.0) -> None:
+        self.seconds = seconds
+        self.watch: LoopWatch | None = None
+        sa.event.listen(engine, "before_cursor_execute", self._wait)
+
+    def _wait(self, *args: Any) -> None:
+        if self.watch is not None:
+            self.watch.wait_for_turns("a reservation's statement")
+        time.sleep(self.seconds)
 
 
 def test_a_slow_blocking_reservation_runs_off_the_loop(tmp_path: Path) -> None:
     """A TableSequence on a sync engine (a blocking driver) as the default of an async
-    engine's flush: its slow reservation used to run on the loop's thread (the heartbeat
-    stalled SLOW seconds); now it runs on a thread and the flush awaits it."""
+    engine's flush: its reservation used to run on the loop's thread, stalling every task
+    for as long as the server took; now it runs on a thread and the flush awaits it. Each
+    of its statements waits until the loop has turned, which it could not if it ran on
+    the loop's thread (noted at once)."""
     ids_engine = sa.create_engine(f"sqlite:///{tmp_path / 'ids.db'}")
     seq = TableSequence(ids_engine, "items", block_size=2)
     seq.create_table()
-    _slowed(ids_engine, SLOW / 2)  # a reservation: a SELECT, then an INSERT or UPDATE
+    slowed = Slowed(ids_engine)  # a reservation: a SELECT, then an INSERT or UPDATE
     metadata, item = item_model(seq)
 
     async def main() -> None:
@@ -182,15 +168,15 @@ def test_a_slow_blocking_reservation_runs_off_the_loop(tmp_path: Path) -> None:
         try:
             async with engine.begin() as conn:
                 await conn.run_sync(metadata.create_all)
-            beat = Heartbeat()
+            watch = slowed.watch = LoopWatch()
             ids = await insert_items(engine, item, 4, retry=False)
-            late = await beat.stop()
+            blocked = await watch.stop()
             rows = await stored(engine, item)
         finally:
             await engine.dispose()
         assert sorted(ids) == [1, 2, 3, 4] and rows == list(enumerate(ids))
-        assert seq.reservations == 2
-        assert late < LATE, f"the event loop stalled {late:.2f} s"
+        assert seq.reservations == 2 and watch.held == 4  # two statements each
+        assert blocked == []
 
     try:
         run_bounded(main)
@@ -210,7 +196,7 @@ def test_concurrent_refills_take_one_reservation_per_block(
     ids_engine = sa.create_engine(f"sqlite:///{tmp_path / f'ids-{block}-{tasks}.db'}")
     seq = TableSequence(ids_engine, "s", block_size=block, deadline=10)
     seq.create_table()
-    _slowed(ids_engine, 0.002)
+    Slowed(ids_engine, 0.002)
     values: list[int] = []
 
     async def main() -> None:
@@ -230,10 +216,10 @@ def test_a_task_waiting_for_a_stuck_reservation_gets_a_clear_error(tmp_path: Pat
     ids_engine = sa.create_engine(f"sqlite:///{tmp_path / 'ids.db'}")
     seq = TableSequence(ids_engine, "s", block_size=2, deadline=0.6)
     seq.create_table()
-    _slowed(ids_engine, 0.5)  # a reservation takes 1 s: more than the waiter's 0.6 s
+    slowed = Slowed(ids_engine, 0.5)  # a reservation takes 1 s: more than the waiter's 0.6 s
 
     async def main() -> None:
-        beat = Heartbeat()
+        watch = slowed.watch = LoopWatch()
         seq.deadline = 3.0  # the first caller may wait long enough
         first = asyncio.create_task(greenlet_spawn(seq.next_id))
         await asyncio.sleep(0.1)
@@ -243,8 +229,7 @@ def test_a_task_waiting_for_a_stuck_reservation_gets_a_clear_error(tmp_path: Pat
             await greenlet_spawn(seq.next_id)
         assert time.monotonic() - started < 0.6 + 0.3
         assert await first == 1 and await greenlet_spawn(seq.next_id) == 2
-        late = await beat.stop()
-        assert late < LATE, f"the event loop stalled {late:.2f} s"
+        assert await watch.stop() == [] and watch.held == 2
 
     try:
         run_bounded(main, limit=30)
@@ -300,29 +285,39 @@ KINDS = ["spanner", "table"]
 @pytest.mark.emulator
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", KINDS)
-def test_fifty_tasks_flush_pooled_ids_on_the_emulator(spanner_emulator: Any, kind: str) -> None:
+def test_fifty_tasks_flush_pooled_ids_on_the_emulator(
+    spanner_emulator: Any, faults: Any, kind: str
+) -> None:
     """50 tasks flush rows whose ids come from a pooled sequence with blocks of 3
-    (refills race all the time): no duplicate, every row stored, the loop on time."""
+    (refills race all the time): no duplicate, every row stored. The server holds some
+    statements and commits until the event loop has turned: one that blocked the loop
+    would be held until the watch gave up, or its caller gone."""
     database_id = spanner_emulator.create_database([SpannerSequence.create_ddl("item_ids")])
+    through = faults.emulator(spanner_emulator)
 
     async def main() -> None:
-        engine = spanner_engine(spanner_emulator, database_id, pool_size=10, max_overflow=0)
+        engine = spanner_engine(through, database_id, pool_size=10, max_overflow=0)
         seq = make_sequence(kind, engine, block_size=3, deadline=60, max_retries=40)
         metadata, item = item_model(seq)
         try:
             await create_tables(engine, metadata, seq)
             # no warm-up: the first reservation reaches the client without a pool
             # connection, which 50 flushes holding all 10 would not leave it
-            beat = Heartbeat()
+            watch = LoopWatch()
+            for method in ("ExecuteSql", "Commit"):
+                wait = functools.partial(watch.wait_for_turns, method, timeout=5.0)
+                faults.hold(method, wait, times=5)
             ids = await insert_items(engine, item, TASKS, retry=True)
-            late = await beat.stop()
+            blocked = await watch.stop()
             rows = await stored(engine, item)
         finally:
             seq.close()
             await engine.dispose()
         assert len(set(ids)) == TASKS
         assert rows == list(enumerate(ids))
-        assert late < LATE, f"the event loop stalled {late:.2f} s"
+        assert watch.held == 10 and blocked == []
+        assert faults.count("ExecuteSql", "gone while held") == 0
+        assert faults.count("Commit", "gone while held") == 0
 
     run_bounded(main, limit=300)
 
@@ -340,9 +335,9 @@ def faults(spanner_faults: Any) -> Any:
 def test_a_slow_reservation_leaves_the_loop_on_schedule(
     spanner_emulator: Any, faults: Any, kind: str
 ) -> None:
-    """The reservation's query hangs SLOW seconds at the server (then fails and is
-    retried): before, the flush ran it on the loop's thread and the heartbeat stalled
-    that long; now it runs on a thread and the loop keeps its schedule."""
+    """The server holds the reservation's query until the event loop has turned, then
+    fails it (it is retried): before, the flush ran it on the loop's thread, so the loop
+    could not turn while it was held; now it runs on a thread."""
     database_id = spanner_emulator.create_database([SpannerSequence.create_ddl("item_ids")])
     through = faults.emulator(spanner_emulator)
 
@@ -355,17 +350,19 @@ def test_a_slow_reservation_leaves_the_loop_on_schedule(
             first = await insert_items(engine, item, 1, retry=False)  # the session is made
             faults.clear()
             # the flush's first ExecuteSql is the reservation's (the default comes first)
-            faults.hang("ExecuteSql", SLOW, times=1)
-            beat = Heartbeat()
+            watch = LoopWatch()
+            wait = functools.partial(watch.wait_for_turns, "the reservation")
+            faults.hang("ExecuteSql", 0.0, times=1, wait=wait)
             second = await insert_items(engine, item, 1, retry=False)
-            late = await beat.stop()
+            blocked = await watch.stop()
             rows = await stored(engine, item)
         finally:
             seq.close()
             await engine.dispose()
         assert faults.count("ExecuteSql", "hung") == 1 and seq.retries == 1
         assert len(set(first + second)) == 2 and rows == sorted([(0, first[0]), (0, second[0])])
-        assert late < LATE, f"the event loop stalled {late:.2f} s"
+        assert watch.held == 1 and blocked == []
+        assert faults.count("ExecuteSql", "gone while held") == 0
 
     run_bounded(main)
 
@@ -389,19 +386,28 @@ def test_two_tasks_refilling_at_once_share_one_reservation(
                 await conn.run_sync(lambda _: [seq.next_id(), seq.next_id()])
             before = seq.reservations
             faults.clear()
-            faults.hang("ExecuteSql", SLOW, times=1)
-            beat = Heartbeat()
+            watch = LoopWatch()
+            asked = threading.Event()
+
+            def until_the_second_asked() -> None:
+                watch.wait_for_turns("the first reservation")
+                asked.wait(20)
+
+            # the first one's reservation is held until the second has asked
+            faults.hang("ExecuteSql", 0.0, times=1, wait=until_the_second_asked)
             first = asyncio.create_task(greenlet_spawn(seq.next_id))
             await asyncio.sleep(0.2)  # the first one's reservation is under way
             second = asyncio.create_task(greenlet_spawn(seq.next_id))
+            await asyncio.sleep(0.2)  # the second waits for it
+            asked.set()
             values = await asyncio.wait_for(asyncio.gather(first, second), 20)
-            late = await beat.stop()
+            blocked = await watch.stop()
         finally:
             seq.close()
             await engine.dispose()
         assert len(set(values)) == 2
         assert seq.reservations == before + 1  # one block served both
         assert faults.count("ExecuteSql", "hung") == 1
-        assert late < LATE, f"the event loop stalled {late:.2f} s"
+        assert watch.held == 1 and blocked == []
 
     run_bounded(main, limit=60)

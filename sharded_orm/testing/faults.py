@@ -9,6 +9,10 @@ it works for every method, the admin API included. Then:
 * ``proxy.lose_reply("Commit")``: the next Commit is applied by Spanner, then the client
   gets an error instead of the reply (a lost commit response: the outcome is unknown);
 * ``proxy.hang("Commit", seconds)``: the call waits, then fails with DEADLINE_EXCEEDED;
+* ``proxy.hold("ExecuteStreamingSql", wait)``: the call waits for ``wait()`` (a callable
+  of the test's, on the proxy's thread), then reaches Spanner (a server that answers
+  when the test says so; ``hang(..., wait=)`` does the same before failing); a caller
+  gone by the time ``wait()`` returns is counted as ``count(method, "gone while held")``;
 * ``proxy.cut_stream("ExecuteStreamingSql", after=1)``: the next stream is cut with
   ``code`` (UNAVAILABLE) after ``after`` result messages (a connection lost mid-result);
 * ``proxy.stall_stream("ExecuteStreamingSql", seconds, after=1)``: the next stream goes
@@ -39,7 +43,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from types import TracebackType
@@ -68,6 +72,7 @@ class _Rule:
     message: str
     seconds: float = 0.0
     after: int = 0  # "cut"/"stall": result messages passed before the fault
+    wait: Callable[[], object] | None = None  # "hang"/"hold": called first, in the server
 
 
 class FaultProxy:
@@ -189,10 +194,22 @@ class FaultProxy:
         """The next ``times`` calls of ``method`` are applied, then fail with ``code``."""
         self._add(_Rule(method, "after", code, times, message))
 
-    def hang(self, method: str, seconds: float, *, times: int = 1) -> None:
+    def hang(self, method: str, seconds: float, *, times: int = 1,
+             wait: Callable[[], object] | None = None) -> None:  # fmt: skip
         """The next ``times`` calls wait ``seconds`` (or the caller's deadline), then fail
-        with DEADLINE_EXCEEDED without reaching Spanner."""
-        self._add(_Rule(method, "hang", "DEADLINE_EXCEEDED", times, "hung by FaultProxy", seconds))
+        with DEADLINE_EXCEEDED without reaching Spanner. ``wait``, if given, is called
+        first on the proxy's thread: a server that waits for something the test decides
+        (the client's event loop turning, say) before it goes silent."""
+        rule = _Rule(method, "hang", "DEADLINE_EXCEEDED", times, "hung by FaultProxy", seconds)
+        rule.wait = wait
+        self._add(rule)
+
+    def hold(self, method: str, wait: Callable[[], object], *, times: int = 1) -> None:
+        """The next ``times`` calls of ``method`` call ``wait()`` on the proxy's thread,
+        then reach Spanner as usual: a server that answers when the test says so."""
+        rule = _Rule(method, "hold", "OK", times, "held by FaultProxy")
+        rule.wait = wait
+        self._add(rule)
 
     def cut_stream(self, method: str = "ExecuteStreamingSql", *, after: int = 1,
                    code: str = "UNAVAILABLE", times: int = 1,
@@ -252,9 +269,23 @@ class FaultProxy:
             context.abort(code, rule.message)
         if rule.mode == "hang":
             self._record(name, "hung")
+            if rule.wait is not None:
+                self._held(name, rule.wait, context)
             self._wait(rule.seconds, context)
             context.abort(code, rule.message)
+        if rule.mode == "hold":
+            self._record(name, "held")
+            assert rule.wait is not None
+            self._held(name, rule.wait, context)
+            return None  # forwarded as any call
         return rule
+
+    def _held(self, name: str, wait: Callable[[], object], context: Any) -> None:
+        """``wait()``; a caller gone by then (its deadline passed, it cancelled) is
+        recorded as "gone while held": what it waited for came only after it gave up."""
+        wait()
+        if not context.is_active():
+            self._record(name, "gone while held")
 
     @staticmethod
     def _wait(seconds: float, context: Any) -> None:
