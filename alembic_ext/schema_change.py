@@ -24,22 +24,22 @@ or read-write transaction is already in progress") while another schema change r
 on the emulator, while any read-write transaction is open: the app's writers keep one open
 a few times a second. That refusal, and only it (matched by status and message,
 :func:`is_busy_refusal`), is retried with capped exponential backoff and jitter
-(:class:`Backoff`) under the ``ddl_timeout``, each wait logged to ``alembic.sharded_orm``
-(shown by ``alembic upgrade``); past the ``ddl_timeout``, :class:`SchemaChangeBusy` says
-what it waited for and how to go on. Every other refusal is raised at once.
+(:data:`BUSY_WAITS`, the library's one retry wait) under the ``ddl_timeout``, each wait
+logged to ``alembic.sharded_orm`` (shown by ``alembic upgrade``); past the
+``ddl_timeout``, :class:`SchemaChangeBusy` says what it waited for and how to go on.
+Every other refusal is raised at once.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
-import random
 import time
 import uuid
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from sharded_orm.retry import DEFAULTS, Deadline
+from sharded_orm.retry import DEFAULTS, Deadline, RetryPolicy
 from sharded_orm.spanner import admin
 
 from .errors import MigrationError
@@ -61,6 +61,9 @@ _FAILED_PRECONDITION = 9
 
 _log = logging.getLogger(PROGRESS_LOGGER)
 T = TypeVar("T")
+#: the waits between refused attempts: 0.25-0.5 s first, doubling, at most 5-10 s (a
+#: schema change waits on whole transactions and other schema changes, not on one row)
+BUSY_WAITS = RetryPolicy(base_delay=0.5, max_delay=10.0)
 
 
 class SchemaChangeTimeout(MigrationError):
@@ -81,25 +84,6 @@ def is_busy_refusal(exc: BaseException) -> bool:
     """True for Spanner's refusal of a schema change while another schema change or a
     read-write transaction is in progress (retried); False for every other error."""
     return admin.is_failed_precondition(exc) and _busy_message(str(getattr(exc, "message", "")))
-
-
-class Backoff:
-    """Exponential backoff with jitter: the ``n``-th wait is drawn from
-    ``[d/2, d]``, ``d = min(cap, first * 2**n)``."""
-
-    def __init__(
-        self, first: float = 0.5, cap: float = 10.0, rng: random.Random | None = None
-    ) -> None:
-        if not 0 < first <= cap:
-            raise ValueError(f"backoff needs 0 < first <= cap, got {first!r}, {cap!r}")
-        self.first, self.cap = first, cap
-        self.attempts = 0
-        self._rng = rng or random.Random()
-
-    def next_delay(self) -> float:
-        ceiling = min(self.cap, self.first * 2.0 ** min(self.attempts, 60))
-        self.attempts += 1
-        return ceiling / 2 + self._rng.uniform(0.0, ceiling / 2)
 
 
 def _seconds(attributes: dict[str, Any], key: str, default: float) -> float:
@@ -124,14 +108,14 @@ def apply_ddl(database: Any, statements: list[str], *, timeout: float, call_time
 
     Raises the client's error if Spanner refuses one, :class:`SchemaChangeTimeout` if the
     batch is not done within ``timeout`` or Spanner is silent for ``call_timeout``. A
-    refusal because the database is busy (:func:`is_busy_refusal`) is retried with
-    :class:`Backoff` and logged, :class:`SchemaChangeBusy` once the wait would pass
+    refusal because the database is busy (:func:`is_busy_refusal`) is retried after the
+    waits of :data:`BUSY_WAITS` and logged, :class:`SchemaChangeBusy` once the wait would pass
     ``timeout``."""
     whole = Deadline.after(timeout, "the ddl_timeout")
     # silence: renewed at each answer of Spanner's
     quiet = [Deadline.after(call_timeout, "the ddl_call_timeout")]
     sent = [False]
-    backoff = Backoff()
+    refusals = 0
     operation_id = ""
 
     def fail(why: str) -> SchemaChangeTimeout:
@@ -161,17 +145,19 @@ def apply_ddl(database: Any, statements: list[str], *, timeout: float, call_time
     def wait_until_free(reason: str) -> None:
         """The batch was refused as the database is busy: wait, or fail past ``whole``."""
         quiet[0] = Deadline.after(call_timeout, "the ddl_call_timeout")  # a refusal answers
+        nonlocal refusals
         # one last try before the end
-        delay = min(backoff.next_delay(), whole.remaining() - 0.05)
+        delay = min(BUSY_WAITS.delay(refusals), whole.remaining() - 0.05)
+        refusals += 1
         if delay <= 0:
             raise SchemaChangeBusy(
-                _busy(reason, whole.elapsed(), backoff.attempts, timeout, database.name, statements)
+                _busy(reason, whole.elapsed(), refusals, timeout, database.name, statements)
             )
         _log.info(
             "schema change waiting: Spanner refused it because another schema change or a "
             "read-write transaction is in progress (the app's writers keep one open on the "
             "emulator); retry %d in %.1f s, waited %.0f s of the %g s ddl_timeout: %s",
-            backoff.attempts, delay, whole.elapsed(), timeout, "; ".join(statements)[:300],
+            refusals, delay, whole.elapsed(), timeout, "; ".join(statements)[:300],
         )  # fmt: skip
         time.sleep(delay)
 

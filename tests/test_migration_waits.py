@@ -31,8 +31,8 @@ from alembic_ext.errors import MigrationError
 from alembic_ext.impl import DDL_BATCH_ATTRIBUTE
 from alembic_ext.schema_change import (
     BUSY_MESSAGES,
+    BUSY_WAITS,
     DDL_TIMEOUT_ATTRIBUTE,
-    Backoff,
     SchemaChangeBusy,
     apply_ddl,
     is_busy_refusal,
@@ -59,20 +59,18 @@ def test_only_the_busy_refusal_is_retried(before: str, after: str) -> None:
     assert not is_busy_refusal(api.FailedPrecondition("Duplicate name in schema: A."))
 
 
-@given(st.integers(0, 2**32), st.floats(0.01, 2.0), st.floats(2.0, 30.0))
-def test_backoff_grows_exponentially_with_jitter_and_is_capped(
-    seed: int, first: float, cap: float
-) -> None:
-    backoff = Backoff(first, cap, random.Random(seed))
+@given(st.integers(0, 2**32))
+def test_busy_waits_grow_exponentially_with_jitter_and_are_capped(seed: int) -> None:
+    """The waits between refusals: the library's one retry wait, [d/2, d] with d from
+    0.5 s doubling up to 10 s."""
+    rng = random.Random(seed)
     for n in range(40):
-        ceiling = min(cap, first * 2**n)
-        delay = backoff.next_delay()
-        assert ceiling / 2 <= delay <= ceiling
-    assert backoff.attempts == 40
+        ceiling = min(10.0, 0.5 * 2**n)
+        assert ceiling / 2 <= BUSY_WAITS.delay(n, rng) <= ceiling
 
 
-def test_backoff_is_jittered() -> None:
-    delays = {Backoff(rng=random.Random(s)).next_delay() for s in range(20)}
+def test_busy_waits_are_jittered() -> None:
+    delays = {BUSY_WAITS.delay(0, random.Random(s)) for s in range(20)}
     assert len(delays) == 20 and all(0.25 <= d <= 0.5 for d in delays)
 
 
