@@ -195,7 +195,7 @@ def copy_table(
         after = saved_cursor(bind, cursor_table, src.name, dst.name, call_timeout)
     resumed = after is not None
     rows = batches = 0
-    raw = RawSpanner(database_of(bind), per_thread=False)
+    raw = RawSpanner(database, per_thread=False)
     try:
         with (
             progress(None, f"copy {src.name} -> {dst.name}", mode=progress_mode) as bar,

@@ -236,6 +236,13 @@ class StatementDefaults:
         self.connection = connection
         self._plans: dict[tuple[str, ...], tuple[Any, list[Column[Any]]]] = {}
 
+    def serves(self, connection: Any, stmt_values: Mapping[str, Any]) -> bool:
+        """True if these defaults are those of a write on ``connection`` with
+        ``.values()`` ``stmt_values`` (the same mapping, or none on either side)."""
+        return connection is self.connection and (
+            stmt_values is self.stmt_values or not (stmt_values or self.stmt_values)
+        )
+
     def _plan(self, row: Mapping[str, Any]) -> tuple[Any, list[Column[Any]]]:
         keys = tuple(row)
         plan = self._plans.get(keys)
@@ -335,13 +342,7 @@ class RowDefaults:
         """Every Python default (INSERT) or onupdate (UPDATE) SQLAlchemy would evaluate
         for ``row``, evaluated as it would."""
         found = self._cached.get(isinsert)
-        if found is None or (
-            self.statement is None
-            and (
-                found.connection is not connection
-                or not (found.stmt_values is stmt_values or not (found.stmt_values or stmt_values))
-            )
-        ):
+        if found is None or (self.statement is None and not found.serves(connection, stmt_values)):
             found = self._cached[isinsert] = StatementDefaults(
                 self.table,
                 self.statement,
