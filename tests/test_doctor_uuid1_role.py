@@ -183,3 +183,32 @@ def test_advise_does_not_take_a_v1_key_for_a_growing_part(
     assert (held.column, held.role, held.growing) == ("Id", "uuid1", False)
     assert held.why.startswith("its values are version-1 UUIDs, whose inserts sweep")
     assert "not a part that grows" in held.text
+
+
+def _v7(when: dt.datetime, tail: int) -> str:
+    """A version-7 UUID made at ``when``: its 48-bit millisecond clock first."""
+    ms = int(when.timestamp() * 1000)
+    value = (ms << 80) | (0x7 << 76) | (0b10 << 62) | (tail & ((1 << 62) - 1))
+    return str(uuid.UUID(int=value))
+
+
+def test_values_correct_a_uuid1_default_as_they_correct_the_other_uuid_defaults() -> None:
+    """A ``uuid1`` default is a declaration's guess like ``uuid4``'s and ``uuid7``'s (the
+    rows may come from an import or another writer): most hot splits holding version-7
+    UUIDs make the column ``uuid7``, a growing key."""
+    rows = []
+    for m in range(12):
+        start = T0 + dt.timedelta(minutes=m)
+        a, b = (_v7(start + dt.timedelta(seconds=s), m) for s in (0, 60))
+        rows.append(
+            {
+                "INTERVAL_END": (start + dt.timedelta(minutes=1)).isoformat(),
+                "SPLIT_START": f"Orders({json.dumps(a)})",
+                "SPLIT_LIMIT": f"Orders({json.dumps(b)})",
+                "CPU_USAGE_SCORE": 100,
+                "AFFECTED_TABLES": ["Orders"],
+                "UNSPLITTABLE_REASONS": None,
+            }
+        )
+    [finding] = doctor(rows, Base).findings
+    assert finding.roles == {"Id": "uuid7"}, finding

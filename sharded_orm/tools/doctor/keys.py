@@ -259,7 +259,7 @@ def _decode_part(text: str, col: Column[Any], desc: bool, value: Any) -> KeyPart
 
 #: the roles a column's declaration guesses that the values it holds may correct (a UUID or
 #: string key filled by an application helper whose name says nothing)
-VALUE_ROLES = ("uuid4", "uuid7", "user", "random")
+VALUE_ROLES = ("uuid1", "uuid4", "uuid7", "user", "random")
 #: roles of values that grow with time (each names how doctor saw it)
 TIME_ORDERED = ("uuid7", "ulid", "time_prefix")
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
