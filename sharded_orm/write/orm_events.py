@@ -184,18 +184,31 @@ def _source_setter(sc: ShardColumn, shard_attr: str, source_attrs: tuple[str, ..
         for a in others:
             if a not in d:
                 return  # not all known yet: the flush computes it
+        if is_given(d, shard_attr, mark):
+            return  # the caller's: the flush checks it (hashing the sources once, then)
         values = [value if a == me else d[a] for a in source_attrs]
         try:
             new = sc.compute(values)
         except (ShardingError, TypeError, ValueError):
             return  # not hashable: the flush refuses it with the precise error
-        if is_given(d, shard_attr, mark):
-            return  # the caller's: the flush checks it
         if d.get(shard_attr) != new:
             d[shard_attr] = new  # a new object's INSERT is built from its dict
         _mark_derived(d, sc, shard_attr, values, new)
 
     return on_set
+
+
+def _derived_from(mark: Any, values: list[Any]) -> int | None:
+    """The shard ``mark`` (a ``derived_mark_key`` entry: ``(shard, *source values)``) holds
+    when it was derived from these very ``values`` (``is``: immutable, so unchanged); None
+    when there is no mark or it is of other values (then the caller hashes them)."""
+    if mark is None or len(mark) != len(values) + 1:
+        return None
+    for held, v in zip(mark[1:], values, strict=True):
+        if held is not v:
+            return None
+    shard: int = mark[0]
+    return shard
 
 
 def _mark_derived(
@@ -541,7 +554,11 @@ def install_mapper_events(mapper: Mapper[Any]) -> None:
             for attr, v, stored in zip(source_attrs, values, send, strict=True):
                 if stored is not v:
                     d[attr] = stored  # the object holds, and the INSERT sends, what is hashed
-            shard = sc.compute(send)
+            # a default just stored (setattr) completed the sources: the source listener
+            # hashed them then (``DERIVED_MARK``), and that shard is taken, not hashed again
+            shard = _derived_from(d.get(derived_mark_key(shard_attr)), send)
+            if shard is None:
+                shard = sc.compute(send)
             given = d.get(shard_attr)
             if given is not None and given != shard:
                 raise mismatch(sc, given, shard)
