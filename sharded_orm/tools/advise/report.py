@@ -24,7 +24,7 @@ from sharded_orm.tools.advise.cost import (
     walk_statements,
 )
 from sharded_orm.tools.advise.layout import Layout, SeveralGrow, held_roles, layout_of
-from sharded_orm.tools.advise.sample import Sample, probe, read, source, without_flat_counters
+from sharded_orm.tools.advise.sample import Sample, SampleReader, source, without_flat_counters
 
 #: the counts tried by default: the rules of thumb (16, one per node, 100, 200) among them
 CANDIDATES = (1, 2, 4, 8, 10, 16, 20, 30, 32, 40, 50, 64, 100, 128, 200, 256)
@@ -310,15 +310,14 @@ def advise(
         declared: Layout | None = layout_of(model, column, shard_on=shard_on, index=index)
     except ShardConfigError:  # several or no key spaces grow as declared: the values decide
         declared = None
-    held = held_roles(table, probe(table, kind, sample, declared))
+    # the probe and the sample from one read where they can be (SampleReader)
+    reader = SampleReader(table, kind, sample, declared, rows_per_second, size, float(inst.tick))
+    held = held_roles(table, reader.probe())
     try:
         layout = layout_of(model, column, shard_on=shard_on, index=index, held=held)
-        data = read(layout, kind, sample, rows_per_second, size, float(inst.tick))
+        data = reader.read(layout)
     except SeveralGrow as several:
-        found = without_flat_counters(
-            several, model, shard_on, index, lambda lay: read(
-                lay, kind, sample, rows_per_second, size, float(inst.tick)), held
-        )  # fmt: skip
+        found = without_flat_counters(several, model, shard_on, index, reader.read, held)
         if found is None:
             raise
         layout, data = found

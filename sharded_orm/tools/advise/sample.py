@@ -23,6 +23,7 @@ from __future__ import annotations
 import csv
 import datetime as dt
 import heapq
+import io
 import itertools
 import math
 import re
@@ -223,25 +224,29 @@ def from_csv(layout: Layout, path: str | Path, rows_per_second: float | None = N
              window: float | None = None, limit: int = MAX_ROWS) -> Sample:  # fmt: skip
     """The sample of the CSV file ``path`` (a header of column names): its ``limit``
     records with the greatest times by the layout's time column (:func:`csv_time`), the
-    file streamed with at most ``limit`` kept, in whatever order it is (an export is
+    file streamed once with at most ``limit`` kept, in whatever order it is (an export is
     usually oldest first: its first records would be its oldest); without such a column,
-    its first ``limit`` records. A file of more says so in the sample's ``source``."""
+    its first ``limit`` records. A file of more says so in the sample's ``source``. A named
+    pipe (``--csv <(zcat events.csv.gz)``) is read as a file is."""
     p, limit = Path(path), check_positive_int(limit, "limit")
+    kept = _csv_kept(p, csv_time(layout), limit)
+    return _csv_sample(layout, p, kept, limit, rows_per_second, window)
+
+
+def _csv_sample(layout: Layout, p: Path, kept: _Kept, limit: int,
+                rows_per_second: float | None, window: float | None) -> Sample:  # fmt: skip
+    """The sample of ``layout`` from the records one pass over the CSV file ``p`` kept (by
+    the layout's time column, newest first, or the file's first): its newest ``limit``."""
     cols = {c.name: c for c in _needed(layout)}
     # a time without a zone is read as UTC (parse_timestamp): the advice says so
     times = [k for k, c in cols.items() if isinstance(base_type(c.type), sqltypes.DateTime)]
     naive: set[str] = set()
     time = csv_time(layout)
-    if time is None:
-        stream = _csv_numbered(p)
-        kept: list[_Record] = [(n, None, raw) for n, raw in itertools.islice(stream, limit)]
-        total = len(kept) + sum(1 for _ in stream)
-    else:
-        kept, total = _csv_newest(p, time, limit)
-        kept.reverse()  # oldest first, as a sample's rows are
-    by_time = time is not None and bool(kept) and time.name in kept[0][2]
+    records = kept.records[:limit]
+    if time is not None:
+        records.reverse()  # oldest first, as a sample's rows are
     rows = []
-    for line, when, raw in kept:
+    for line, when, raw in records:
         where = f"{str(p)!r} line {line}"
         row = {
             k: _parse(c, raw[k], where)
@@ -253,12 +258,12 @@ def from_csv(layout: Layout, path: str | Path, rows_per_second: float | None = N
         rows.append(row)
         naive.update(k for k in times if raw.get(k) and not _ZONED.search(raw[k]))
     name = repr(str(p))
-    if total > len(kept):
+    if kept.total > len(records):
         name += (
-            f" (cut to its newest {len(kept):,} of {total:,} records, by {time.name})"
-            if by_time and time is not None
-            else f" (cut to its first {len(kept):,} of {total:,} records: no time column "
-            "to find the newest by)"
+            f" (cut to its newest {len(records):,} of {kept.total:,} records, by {kept.by})"
+            if kept.by is not None
+            else f" (cut to its first {len(records):,} of {kept.total:,} records: no time "
+            "column to find the newest by)"
         )
     return from_rows(layout, rows, name, rows_per_second, window, naive=naive)
 
@@ -282,32 +287,60 @@ def _csv_records(p: Path, limit: int) -> list[dict[str, str]]:
 
 def _csv_numbered(p: Path) -> Iterator[tuple[int, dict[str, str]]]:
     """The records of the CSV file ``p`` as text by its header's names, one at a time,
-    each with the line it ends on (a file of at most ``MAX_FILE_BYTES``); a malformed
-    record or file refused, saying where."""
-    if not p.is_file():
+    each with the line it ends on (a file, or a named pipe, of at most ``MAX_FILE_BYTES``);
+    a malformed record or file refused, saying where."""
+    if not (p.is_file() or p.is_fifo()):
         raise ShardConfigError(f"no such file: {str(p)!r} (give a CSV of the table's rows)")
-    if p.stat().st_size > MAX_FILE_BYTES:
-        raise ShardValueError(
-            f"{str(p)!r} is {p.stat().st_size:,} bytes, more than advise reads "
-            f"({MAX_FILE_BYTES:,}): a sample of {MAX_ROWS:,} rows is enough"
-        )
+    if p.stat().st_size > MAX_FILE_BYTES:  # a pipe's size is unknown: counted as it is read
+        _too_big(p, p.stat().st_size)
     try:
-        with p.open(newline="", encoding="utf-8-sig") as f:
+        with (
+            p.open("rb", buffering=0) as raw,
+            io.TextIOWrapper(
+                io.BufferedReader(_Capped(raw, p)), encoding="utf-8-sig", newline=""
+            ) as f,
+        ):
             reader = csv.DictReader(f)
-            for raw in reader:
+            for row in reader:
                 line = reader.line_num  # the physical line: blank ones are skipped
-                if None in raw or None in raw.values():
+                if None in row or None in row.values():
                     raise ShardValueError(
                         f"{str(p)!r} line {line}: a different number of fields than the header "
                         "(a truncated or edited file?)"
                     )
-                yield line, raw
+                yield line, row
     except UnicodeDecodeError as exc:
         raise ShardValueError(
             f"{str(p)!r} is not UTF-8 text (offset {exc.start}): export the rows as UTF-8 CSV"
         ) from None
     except csv.Error as exc:
         raise ShardValueError(f"{str(p)!r} is not a readable CSV file: {exc}") from None
+
+
+def _too_big(p: Path, size: int, at_least: bool = False) -> None:
+    raise ShardValueError(
+        f"{str(p)!r} is {'more than ' if at_least else ''}{size:,} bytes, more than advise "
+        f"reads ({MAX_FILE_BYTES:,}): a sample of {MAX_ROWS:,} rows is enough"
+    )
+
+
+class _Capped(io.RawIOBase):
+    """The bytes of ``raw`` (the file ``p``), refused past ``MAX_FILE_BYTES``: a pipe's
+    size is known only once read (counted per chunk read, not per record)."""
+
+    def __init__(self, raw: io.RawIOBase, p: Path) -> None:
+        super().__init__()
+        self._raw, self._p, self._read = raw, p, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int | None:
+        n = self._raw.readinto(buffer)
+        self._read += n or 0
+        if self._read > MAX_FILE_BYTES:
+            _too_big(self._p, MAX_FILE_BYTES, at_least=True)
+        return n
 
 
 def from_engine(
@@ -321,8 +354,17 @@ def from_engine(
     one statement, ``ORDER BY <growing> DESC LIMIT size``, never the whole table. On
     Spanner, where the growing column is an index's, the read goes through that index
     (``@{FORCE_INDEX=...}``): Spanner would otherwise scan and sort the base table."""
+    named = _engine_rows(layout, engine, min(size, MAX_ROWS), rows_per_second)
+    return _engine_sample(layout, named, rows_per_second, window)
+
+
+def _engine_rows(layout: Layout, engine: Any, limit: int, rows_per_second: float | None,
+                 also: Iterable[str] = ()) -> list[dict[str, Any]]:  # fmt: skip
+    """:func:`from_engine`'s read of the newest ``limit`` rows, by column name: the columns
+    the layout needs and those named ``also``."""
     t = layout.table
-    cols = [t.c[c.key] for c in _needed(layout)]
+    names = {c.name for c in _needed(layout)} | set(also)
+    cols = [t.c[c.key] for c in t.columns if c.name in names]
     stmt = sa.select(*cols)
     if layout.growing:
         newest = next(c for c in t.columns if c.name == layout.growing)  # by name: keys differ
@@ -335,8 +377,14 @@ def from_engine(
             "rows nor their rate can be read: give the rate (rows_per_second=, --sample-rate)"
         )
     with engine.connect() as conn:  # by position: a result names a column by its name
-        result = conn.execute(stmt.limit(min(size, MAX_ROWS)))
-        named = [{c.name: v for c, v in zip(cols, r, strict=True)} for r in result]
+        result = conn.execute(stmt.limit(limit))
+        return [{c.name: v for c, v in zip(cols, r, strict=True)} for r in result]
+
+
+def _engine_sample(layout: Layout, named: list[dict[str, Any]], rows_per_second: float | None,
+                   window: float | None) -> Sample:  # fmt: skip
+    """The sample of ``layout`` from the rows :func:`_engine_rows` read."""
+    t = layout.table
     empty = (
         f"table {t.name} is empty. advise learns the count from the table's recent writes: "
         "run it once the table has rows (an hour of traffic is plenty), or give the writes "
@@ -427,7 +475,8 @@ def without_flat_counters(
 
 def source(sample: Any) -> tuple[str, Any]:
     """What ``sample`` is (``workload``, ``csv``, ``engine`` or ``rows``) and the sample to
-    read, a one-shot iterable of rows made a list (it is read twice: :func:`probe`)."""
+    read, a one-shot iterable of rows made a list (it is read twice: :func:`probe`, then
+    the sample)."""
     from sharded_orm.tools.simulate import Workload
 
     if isinstance(sample, Workload):
@@ -517,18 +566,31 @@ def _newest(items: Iterable[tuple[Any, _Row]], n: int) -> list[_Row]:
     return [row for *_, row in sorted(kept, key=lambda k: k[:2], reverse=True)]
 
 
-def _csv_newest(p: Path, time: sa.Column[Any], n: int) -> tuple[list[_Record], int]:
-    """The ``n`` records of the CSV file ``p`` with the greatest ``time`` (parsed as the
-    sample parses it; an empty one counts as the oldest), newest first, the file streamed
-    with at most ``n`` kept; and how many records it has. Its first ``n`` records where
-    its header has no such column."""
+@dataclass(frozen=True)
+class _Kept:
+    """What one pass over a CSV file kept: ``records``, its ``n`` newest by the time column
+    ``by``, newest first, or (``by`` None: no time column asked for, or none in its header)
+    its first ``n``, in its order; ``total``, how many records it has."""
+
+    records: list[_Record]
+    total: int
+    by: str | None
+    header: frozenset[str] = frozenset()
+
+
+def _csv_kept(p: Path, time: sa.Column[Any] | None, n: int) -> _Kept:
+    """One pass over the CSV file ``p``: its ``n`` records with the greatest ``time``
+    (parsed as the sample parses it; an empty one counts as the oldest), the file streamed
+    with at most ``n`` kept; its first ``n`` where ``time`` is None or not in its header."""
     records = _csv_numbered(p)
     first = next(records, None)
     if first is None:
-        return [], 0
-    if time.name not in first[1]:
+        return _Kept([], 0, None)
+    header = frozenset(first[1])
+    if time is None or time.name not in header:
         head = [first, *itertools.islice(records, n - 1)]
-        return [(line, None, raw) for line, raw in head], len(head) + sum(1 for _ in records)
+        total = len(head) + sum(1 for _ in records)
+        return _Kept([(line, None, raw) for line, raw in head], total, None, header)
     seen = 0
 
     def timed() -> Iterator[tuple[Any, _Record]]:
@@ -539,7 +601,7 @@ def _csv_newest(p: Path, time: sa.Column[Any], n: int) -> tuple[list[_Record], i
             when = _parse(time, text, f"{str(p)!r} line {line}") if text.strip() else None
             yield when, (line, when, raw)
 
-    return _newest(timed(), n), seen
+    return _Kept(_newest(timed(), n), seen, time.name, header)
 
 
 def probe(
@@ -567,7 +629,7 @@ def probe(
         if order is None:
             return [dict(r) for r in _csv_records(Path(sample), PROBE_ROWS)]
         time = next(c for c in table.columns if c.name == order[0])
-        return [dict(raw) for _, _, raw in _csv_newest(Path(sample), time, PROBE_ROWS)[0]]
+        return [dict(raw) for _, _, raw in _csv_kept(Path(sample), time, PROBE_ROWS).records]
     if kind == "engine":
         stmt = sa.select(*[table.c[c.key] for c in cols])
         if order is not None:
@@ -582,3 +644,78 @@ def probe(
     if order is None:
         return list(itertools.islice(given, PROBE_ROWS))
     return _newest(((r.get(order[0]), r) for r in given), PROBE_ROWS)
+
+
+class SampleReader:
+    """``advise``'s sample, read once where it can be: :meth:`probe`, the newest rows of the
+    key columns whose role their values decide (:func:`probe`), then :meth:`read`, the
+    sample of the layout those values decide (:func:`read`).
+
+    A CSV is streamed once: the pass keeps the newest ``limit`` records by the probe's
+    time column (:func:`probe_order`; its first records where there is none); the probe is
+    the newest ``PROBE_ROWS`` of them, and the sample the records kept where the layout
+    the values decide is ordered by the same column (:func:`csv_time`), as it is unless
+    the values move the layout to a key space with another time column. A database is
+    read once where the model's declared layout reads its newest rows by the probe's time
+    column (its growing part is that time, through the same index) and the values leave
+    that read as it is: the probe is then the newest rows of the sample itself. Elsewhere
+    the two reads are made as :func:`probe` and :func:`read` make them."""
+
+    def __init__(self, table: sa.Table, kind: str, sample: Any, declared: Layout | None,
+                 rows_per_second: float | None, size: int, window: float,
+                 limit: int = MAX_ROWS) -> None:  # fmt: skip
+        self.table, self.kind, self.sample, self.declared = table, kind, sample, declared
+        self.rows_per_second, self.size, self.window = rows_per_second, size, window
+        self.limit = check_positive_int(limit, "limit")  # the most records a CSV's sample keeps
+        self._kept: _Kept | None = None  # a CSV's one pass
+        #: the database's one read: the layout it was read for, its rows, their columns
+        self._rows: tuple[Layout, list[dict[str, Any]], frozenset[str]] | None = None
+
+    def probe(self) -> list[dict[str, Any]]:
+        """:func:`probe`'s rows, from the read the sample is then taken from where it can be."""
+        cols = value_columns(self.table)
+        if not cols or self.kind not in ("csv", "engine"):
+            return probe(self.table, self.kind, self.sample, self.declared)
+        names = [c.name for c in cols]
+        order = probe_order(self.table, self.declared)
+        if self.kind == "csv":
+            time = next((c for c in self.table.columns if order and c.name == order[0]), None)
+            self._kept = _csv_kept(Path(self.sample), time, max(self.limit, PROBE_ROWS))
+            return [dict(raw) for _, _, raw in self._kept.records[:PROBE_ROWS]]
+        lay = self.declared
+        if lay is None or lay.growing is None or order != (lay.growing, lay.index):
+            return probe(self.table, self.kind, self.sample, self.declared)
+        limit = max(min(self.size, MAX_ROWS), PROBE_ROWS)
+        rows = _engine_rows(lay, self.sample, limit, self.rows_per_second, also=names)
+        columns = frozenset(c.name for c in _needed(lay)) | frozenset(names)
+        self._rows = (lay, rows, columns)
+        return [{n: r[n] for n in names} for r in rows[:PROBE_ROWS]]
+
+    def read(self, layout: Layout) -> Sample:
+        """The sample of ``layout``: from what :meth:`probe` read where it serves, else read."""
+        if self._kept is not None:
+            time = csv_time(layout)
+            want = time.name if time is not None and time.name in self._kept.header else None
+            p = Path(self.sample)
+            if want == self._kept.by:
+                return _csv_sample(layout, p, self._kept, self.limit, self.rows_per_second,
+                                   self.window)  # fmt: skip
+            # the sample is ordered otherwise than the probe (its key space's time column is
+            # another, or it has none: a counter's key probed by a time index's newest):
+            # the records it keeps are another set, so the file is read a second time
+            if p.is_fifo():
+                raise ShardConfigError(
+                    f"{str(p)!r} is a pipe, which can be read once: advise read it by "
+                    f"{self._kept.by or 'its first records'} for the key columns' values, "
+                    f"and they make the sample's order {want or 'its first records'}: save "
+                    "it to a file and give that"
+                )
+        if self._rows is not None:
+            lay, rows, columns = self._rows
+            same = (layout.growing, layout.index) == (lay.growing, lay.index)
+            if same and {c.name for c in _needed(layout)} <= columns:
+                size = min(self.size, MAX_ROWS)
+                return _engine_sample(layout, rows[:size], self.rows_per_second, self.window)
+        if self.kind == "csv":
+            return from_csv(layout, self.sample, self.rows_per_second, self.window, self.limit)
+        return read(layout, self.kind, self.sample, self.rows_per_second, self.size, self.window)
